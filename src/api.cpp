@@ -1,0 +1,301 @@
+#include "api.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "forward.hpp"
+#include "init.hpp"
+#include "large_path.hpp"
+#include "log.hpp"
+#include "parse.hpp"
+#include "platform.hpp"
+#include "size_math.hpp"
+#include "small_path.hpp"
+
+namespace lowtide::api {
+
+namespace {
+
+#define LT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// Which path serves a request of n bytes at alignment `align`.
+inline bool is_large_request(std::size_t n, std::size_t align) {
+  return n >= g.cutoff || align > Arena::kGranule;
+}
+
+void warn_full_once() {
+  if (g.large_disabled || g.warned_full.exchange(true, std::memory_order_relaxed)) return;
+  if (g.mode.load(std::memory_order_relaxed) != kReady) return;
+  char buf[32];
+  log::warn("the large-block range ({}) is full; further large blocks go to mimalloc",
+            format_size(g.arena.size(), buf, sizeof buf));
+}
+
+void* small_fallback(std::size_t n, std::size_t align, bool zero) {
+  void* p;
+  if (zero) p = align <= kMinAlign ? small::allocate_zeroed(n) : mi_zalloc_aligned_at(small_request(n), align, 0);
+  else p = small::allocate_aligned(n, align);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+// The one allocation path behind malloc, calloc, memalign and friends.
+// `align` is already a power of two >= 16.
+void* allocate(std::size_t n, std::size_t align, Origin origin, bool zero) {
+  if (LT_UNLIKELY(n > kMaxRequest)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (LT_LIKELY(!is_large_request(n, align))) return small_fallback(n, align, zero);
+  void* p = nullptr;
+  switch (large::allocate(n, align, origin, 0, &p)) {
+    case large::Result::ok: return p;
+    case large::Result::no_memory: errno = ENOMEM; return nullptr;
+    case large::Result::no_room: break;
+  }
+  warn_full_once();
+  return small_fallback(n, align, zero);
+}
+
+// --- forwarding mode: lowtide lost the symbol race --------------------------
+
+bool small_owns(const void* p) { return mi_is_in_heap_region(p); }
+
+void* fwd_realloc(void* p, std::size_t n) {
+  if (p == nullptr || (!g.arena.contains(p) && !small_owns(p))) return forward::winner.realloc(p, n);
+  std::size_t old = g.arena.contains(p) ? large::usable(p, "realloc()") : small::usable(p);
+  if (n == 0) {
+    free(p);
+    return nullptr;
+  }
+  void* q = forward::winner.malloc(n);
+  if (q == nullptr) return nullptr;
+  std::memcpy(q, p, old < n ? old : n);
+  free(p);
+  return q;
+}
+
+}  // namespace
+
+void* malloc(std::size_t n) {
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
+  return allocate(n, kMinAlign, Origin::malloc, false);
+}
+
+void free(void* p) {
+  if (p == nullptr) return;
+  int saved = errno;
+  if (g.arena.contains(p)) {
+    large::release(p, "free()");
+  } else if (LT_LIKELY(g.mode.load(std::memory_order_relaxed) != kForwarding) || small_owns(p)) {
+    small::release(p);
+  } else {
+    forward::winner.free(p);
+  }
+  errno = saved;
+}
+
+void* calloc(std::size_t n, std::size_t size) {
+  std::size_t total;
+  if (!checked_mul(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.calloc(n, size);
+  return allocate(total, kMinAlign, Origin::calloc, true);
+}
+
+void* realloc(void* p, std::size_t n) {
+  if (p == nullptr) {
+    if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
+    return allocate(n, kMinAlign, Origin::realloc, false);
+  }
+  if (n == 0) {  // glibc: frees, returns NULL, errno unchanged
+    free(p);
+    return nullptr;
+  }
+  if (n > kMaxRequest) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return fwd_realloc(p, n);
+
+  if (g.arena.contains(p)) {
+    if (n >= g.shrink_below) return large::resize(p, n);
+    // Well below the cutoff: back to the small path, one copy.
+    std::size_t old = large::usable(p, "realloc()");
+    std::size_t req = large::requested(p);
+    if (req < old) old = req;
+    void* q = small::allocate(n);
+    if (q == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    std::memcpy(q, p, old < n ? old : n);
+    large::release(p, "realloc()");
+    return q;
+  }
+
+  if (n >= g.cutoff) {
+    void* q = nullptr;
+    switch (large::allocate(n, kMinAlign, Origin::realloc, kFromSmall, &q)) {
+      case large::Result::ok: {
+        std::size_t old = small::usable(p);
+        std::memcpy(q, p, old < n ? old : n);
+        small::release(p);
+        return q;
+      }
+      case large::Result::no_memory: errno = ENOMEM; return nullptr;
+      case large::Result::no_room: warn_full_once(); break;
+    }
+  }
+  void* q = small::reallocate(p, n);
+  if (q == nullptr) errno = ENOMEM;
+  return q;
+}
+
+void* reallocarray(void* p, std::size_t n, std::size_t size) {
+  std::size_t total;
+  if (!checked_mul(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(p, total);
+}
+
+void* memalign(std::size_t align, std::size_t n) {
+  // glibc: an alignment above SIZE_MAX/2+1 cannot be rounded up to a power
+  // of two: EINVAL.
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.memalign(align, n);
+  return allocate(n, effective_alignment(align), Origin::aligned, false);
+}
+
+int posix_memalign(void** out, std::size_t align, std::size_t n) {
+  if (align % sizeof(void*) != 0 || !is_pow2(align / sizeof(void*))) return EINVAL;
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.posix_memalign(out, align, n);
+  int saved = errno;
+  void* p = allocate(n, effective_alignment(align), Origin::aligned, false);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+void* valloc(std::size_t n) { return memalign(pal::kPageSize, n); }
+
+void* pvalloc(std::size_t n) {
+  std::size_t rounded;
+  if (__builtin_add_overflow(n, pal::kPageSize - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded &= ~(pal::kPageSize - 1);
+  if (rounded == 0) rounded = pal::kPageSize;
+  return memalign(pal::kPageSize, rounded);
+}
+
+std::size_t usable_size(const void* p) {
+  if (p == nullptr) return 0;
+  if (g.arena.contains(p)) return large::usable(p, "malloc_usable_size()");
+  if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !small_owns(p))
+    return forward::winner.usable(const_cast<void*>(p));
+  return small::usable(p);
+}
+
+std::size_t good_size(std::size_t n) {
+  if (n > kMaxRequest) return n;
+  if (n < g.cutoff) return mi_good_size(small_request(n));
+  std::size_t hdr = sizeof(BlockHeader);
+  if (n > kMaxRequest - Arena::kGranule) return n;
+  return round_up(n + hdr, Arena::kGranule) - hdr;
+}
+
+void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
+  for (;;) {
+    void* p = align == 0 ? malloc(n) : memalign(align, n);
+    if (LT_LIKELY(p != nullptr)) return p;
+    std::new_handler h = std::get_new_handler();
+    if (h == nullptr) {
+      if (nothrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    if (nothrow) {
+      try {
+        h();
+      } catch (...) {
+        return nullptr;
+      }
+    } else {
+      h();
+    }
+  }
+}
+
+int mallopt(int param, int value) {
+  if (mode() == kForwarding && forward::winner.mallopt != nullptr)
+    return forward::winner.mallopt(param, value);
+  // glibc's tunables (arenas, mmap threshold, trim threshold) have no meaning
+  // here; accept them so callers that check the result carry on.
+  return 1;
+}
+
+int trim(std::size_t pad) {
+  if (mode() == kForwarding) return forward::winner.trim != nullptr ? forward::winner.trim(pad) : 0;
+  // Large blocks are already given back at free. What can still be given
+  // back is mimalloc's: pages freed but kept for reuse, on this thread.
+  std::size_t before = pal::rss_bytes();
+  mi_collect(true);
+  std::size_t after = pal::rss_bytes();
+  return after < before ? 1 : 0;
+}
+
+struct mallinfo2 info() {
+  struct mallinfo2 m;
+  std::memset(&m, 0, sizeof m);
+  std::size_t elapsed, user, sys, rss, peak_rss, commit, peak_commit, faults;
+  mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, &commit, &peak_commit, &faults);
+  m.arena = commit;  // bytes mimalloc has committed for small blocks
+  m.hblks = g.large_blocks.load(std::memory_order_relaxed);
+  m.hblkhd = g.large_mapped.load(std::memory_order_relaxed);
+  m.uordblks = m.hblkhd;
+  m.usmblks = peak_commit;
+  return m;
+}
+
+void print_stats() {
+  struct mallinfo2 m = info();
+  char buf[512];
+  auto r = fmt::format_to_n(buf, sizeof buf - 1,
+                            "lowtide " LOWTIDE_VERSION ":\n"
+                            "small path (mimalloc) committed bytes = {:>12}\n"
+                            "large blocks live                     = {:>12}\n"
+                            "large bytes mapped                    = {:>12}\n",
+                            m.arena, m.hblks, m.hblkhd);
+  pal::write_stderr(buf, r.size < sizeof buf - 1 ? r.size : sizeof buf - 1);
+}
+
+int print_info(int options, FILE* fp) {
+  if (options != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  struct mallinfo2 m = info();
+  std::fprintf(fp,
+               "<malloc version=\"lowtide-" LOWTIDE_VERSION "\">\n"
+               "<total type=\"small\" committed=\"%zu\"/>\n"
+               "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+               "</malloc>\n",
+               m.arena, m.hblks, m.hblkhd);
+  return 0;
+}
+
+}  // namespace lowtide::api

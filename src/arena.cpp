@@ -1,0 +1,155 @@
+#include "arena.hpp"
+
+#include <sys/mman.h>
+
+#include "platform.hpp"
+#include "size_math.hpp"
+
+namespace lowtide {
+
+namespace {
+// Large blocks are aligned to 2 MiB inside the range when that helps
+// transparent huge pages; the range itself starts on such a boundary.
+constexpr std::size_t kRangeAlign = std::size_t{2} << 20;
+}  // namespace
+
+bool Arena::init(std::size_t want, std::size_t min) {
+  for (std::size_t len = want; len >= min && len >= kRangeAlign; len /= 2) {
+    std::size_t granules = len >> kGranuleShift;
+    if (granules > kLenMask) continue;
+    // Tables: 8 (live) + 4 (tag) + 4 + 4 (free-list links) bytes per granule.
+    std::size_t meta = round_up(granules * 20, pal::kPageSize);
+    void* m = ::mmap(nullptr, meta, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) continue;
+    void* r = pal::reserve_aligned(len, kRangeAlign);
+    if (r == nullptr) {
+      ::munmap(m, meta);
+      continue;
+    }
+    auto* bytes = static_cast<char*>(m);
+    live_ = reinterpret_cast<std::atomic<std::uint64_t>*>(bytes);
+    tag_ = reinterpret_cast<std::uint32_t*>(bytes + granules * 8);
+    next_ = tag_ + granules;
+    prev_ = next_ + granules;
+    for (auto& h : head_) h = kNone;
+    granules_ = static_cast<std::uint32_t>(granules);
+    base_ = reinterpret_cast<std::uintptr_t>(r);
+    insert_free(0, granules_);
+    // size_ last: contains() is false until the tables are in place.
+    __atomic_store_n(&size_, len, __ATOMIC_RELEASE);
+    return true;
+  }
+  return false;
+}
+
+void Arena::insert_free(std::uint32_t s, std::uint32_t n) {
+  set_tags(s, n, kFree);
+  int b = bin_of(n);
+  next_[s] = head_[b];
+  prev_[s] = kNone;
+  if (head_[b] != kNone) prev_[head_[b]] = s;
+  head_[b] = s;
+}
+
+void Arena::remove_free(std::uint32_t s) {
+  std::uint32_t n = tag_[s] & kLenMask;
+  int b = bin_of(n);
+  if (prev_[s] != kNone) next_[prev_[s]] = next_[s];
+  else head_[b] = next_[s];
+  if (next_[s] != kNone) prev_[next_[s]] = prev_[s];
+}
+
+std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g) {
+  if (n == 0 || n > granules_) return kNone;
+  if (align_g == 0) align_g = 1;
+  lock();
+  for (int b = bin_of(n); b < kBins; ++b) {
+    for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
+      std::uint32_t len = tag_[s] & kLenMask;
+      std::uint64_t a = (std::uint64_t{s} + align_g - 1) / align_g * align_g;
+      if (a + n > std::uint64_t{s} + len) continue;
+      remove_free(s);
+      auto at = static_cast<std::uint32_t>(a);
+      if (at > s) insert_free(s, at - s);
+      std::uint32_t end = s + len;
+      if (at + n < end) insert_free(at + n, end - (at + n));
+      set_tags(at, n, kUsed);
+      unlock();
+      return at;
+    }
+  }
+  unlock();
+  return kNone;
+}
+
+void Arena::release_locked(std::uint32_t s, std::uint32_t n) {
+  if (s > 0 && (tag_[s - 1] & kFree)) {
+    std::uint32_t len = tag_[s - 1] & kLenMask;
+    std::uint32_t ps = s - len;
+    remove_free(ps);
+    s = ps;
+    n += len;
+  }
+  if (s + n < granules_ && (tag_[s + n] & kFree)) {
+    std::uint32_t len = tag_[s + n] & kLenMask;
+    remove_free(s + n);
+    n += len;
+  }
+  insert_free(s, n);
+}
+
+void Arena::release(std::uint32_t s, std::uint32_t n) {
+  lock();
+  release_locked(s, n);
+  unlock();
+}
+
+bool Arena::grow(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
+  lock();
+  std::uint32_t nx = s + n;
+  bool ok = false;
+  if (nx < granules_ && (tag_[nx] & kFree)) {
+    std::uint32_t len = tag_[nx] & kLenMask;
+    if (len >= m - n) {
+      remove_free(nx);
+      std::uint32_t rest = len - (m - n);
+      if (rest != 0) insert_free(s + m, rest);
+      set_tags(s, m, kUsed);
+      ok = true;
+    }
+  }
+  unlock();
+  return ok;
+}
+
+void Arena::shrink(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
+  lock();
+  set_tags(s, m, kUsed);
+  release_locked(s + m, n - m);
+  unlock();
+}
+
+void Arena::publish(const void* user, std::uint32_t start) {
+  live_[granule_of(user)].store(encode_live(user, start), std::memory_order_release);
+}
+
+std::uint32_t Arena::lookup(const void* user) const {
+  if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
+  std::uint64_t v = live_[granule_of(user)].load(std::memory_order_acquire);
+  std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
+  if ((v >> 63) == 0 || ((v >> 32) & 0x7fffffff) != want_off) return kNone;
+  return static_cast<std::uint32_t>(v);
+}
+
+std::uint32_t Arena::claim(const void* user) {
+  if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
+  auto& slot = live_[granule_of(user)];
+  std::uint64_t v = slot.load(std::memory_order_acquire);
+  std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
+  if ((v >> 63) == 0 || ((v >> 32) & 0x7fffffff) != want_off) return kNone;
+  if (!slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) return kNone;
+  return static_cast<std::uint32_t>(v);
+}
+
+}  // namespace lowtide

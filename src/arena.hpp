@@ -1,0 +1,89 @@
+// The large-block address range: one reservation made at start-up, carved
+// into extents of whole granules. All bookkeeping lives outside the range, in
+// tables lowtide maps itself, so deciding "is this pointer a live large block
+// of ours?" is a range compare plus one table load, and a freed block's
+// header is never read.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <pthread.h>
+
+namespace lowtide {
+
+class Arena {
+ public:
+  static constexpr unsigned kGranuleShift = 16;
+  static constexpr std::size_t kGranule = std::size_t{1} << kGranuleShift;  // 64 KiB
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+
+  // Reserve up to `want` bytes (halving on failure down to `min`). Returns
+  // false when no reservation could be made; the arena then stays empty.
+  bool init(std::size_t want, std::size_t min);
+
+  bool contains(const void* p) const {
+    return reinterpret_cast<std::uintptr_t>(p) - base_ < size_;
+  }
+  bool ready() const { return size_ != 0; }
+  std::size_t size() const { return size_; }
+  std::uintptr_t base() const { return base_; }
+  char* addr(std::uint32_t g) const { return reinterpret_cast<char*>(base_ + (std::uintptr_t{g} << kGranuleShift)); }
+  std::uint32_t granule_of(const void* p) const {
+    return static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(p) - base_) >> kGranuleShift);
+  }
+
+  // Extent management (takes the arena lock). `align_g` is in granules.
+  // Returns the first granule of n free granules, or kNone.
+  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g);
+  void release(std::uint32_t start, std::uint32_t n);
+  // Extend the used extent [start, start+n) to m granules in place, if the
+  // following granules are free.
+  bool grow(std::uint32_t start, std::uint32_t n, std::uint32_t m);
+  // Give back the tail [start+m, start+n) of a used extent.
+  void shrink(std::uint32_t start, std::uint32_t n, std::uint32_t m);
+  std::uint32_t used_length(std::uint32_t start) const { return tag_[start] & kLenMask; }
+
+  // Live-block table, lock-free. A user pointer is registered in the slot of
+  // the granule it falls in (no two live blocks share a granule).
+  void publish(const void* user, std::uint32_t start);
+  // The block's first granule if `user` is exactly a live user pointer.
+  std::uint32_t lookup(const void* user) const;
+  // Like lookup, and atomically unregisters it: of two concurrent frees of
+  // one pointer, exactly one gets the block.
+  std::uint32_t claim(const void* user);
+
+  void lock() { pthread_mutex_lock(&mu_); }
+  void unlock() { pthread_mutex_unlock(&mu_); }
+  void reset_after_fork() { pthread_mutex_init(&mu_, nullptr); }
+
+ private:
+  static constexpr std::uint32_t kLenMask = 0x3fffffff;
+  static constexpr std::uint32_t kFree = 0x40000000;
+  static constexpr std::uint32_t kUsed = 0x80000000;
+  static constexpr int kBins = 32;
+
+  static int bin_of(std::uint32_t n) { return 31 - __builtin_clz(n); }
+  static std::uint64_t encode_live(const void* user, std::uint32_t start) {
+    auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
+    return (std::uint64_t{1} << 63) | (off << 32) | start;
+  }
+  void set_tags(std::uint32_t s, std::uint32_t n, std::uint32_t state) {
+    tag_[s] = n | state;
+    tag_[s + n - 1] = n | state;
+  }
+  void insert_free(std::uint32_t s, std::uint32_t n);
+  void remove_free(std::uint32_t s);
+  void release_locked(std::uint32_t start, std::uint32_t n);
+
+  std::uintptr_t base_ = 0;
+  std::size_t size_ = 0;
+  std::uint32_t granules_ = 0;
+  std::atomic<std::uint64_t>* live_ = nullptr;
+  std::uint32_t* tag_ = nullptr;
+  std::uint32_t* next_ = nullptr;
+  std::uint32_t* prev_ = nullptr;
+  std::uint32_t head_[kBins] = {};
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+
+}  // namespace lowtide

@@ -1,0 +1,54 @@
+#include "forward.hpp"
+
+#include <dlfcn.h>
+#include <mimalloc.h>
+#include <stdlib.h>
+
+#include "state.hpp"
+
+namespace lowtide::forward {
+
+Winner winner{};
+
+namespace {
+template <typename F>
+bool bind(F* slot, const char* name) {
+  void* f = dlsym(RTLD_DEFAULT, name);
+  *slot = reinterpret_cast<F>(f);
+  return f != nullptr;
+}
+}  // namespace
+
+bool detect() {
+  // Ask the dynamic linker for the malloc everyone else is bound to and call
+  // it once while our own entry points watch for the call. Comparing
+  // addresses is not enough: in a non-PIE executable dlsym returns the
+  // executable's PLT stub, which may well lead to us.
+  using MallocFn = void* (*)(std::size_t);
+  auto global_malloc = reinterpret_cast<MallocFn>(dlsym(RTLD_DEFAULT, "malloc"));
+  if (global_malloc == nullptr) return false;
+  int expected = kReady;
+  if (!g.mode.compare_exchange_strong(expected, kProbing, std::memory_order_acq_rel)) return false;
+  g.probe_hit.store(false, std::memory_order_relaxed);
+  t_local.in_init = 1;
+  void* p = global_malloc(24);
+  t_local.in_init = 0;
+  bool ours = g.probe_hit.load(std::memory_order_relaxed);
+  bool ok = !ours && bind(&winner.malloc, "malloc") && bind(&winner.free, "free") &&
+            bind(&winner.calloc, "calloc") && bind(&winner.realloc, "realloc") &&
+            bind(&winner.memalign, "memalign") && bind(&winner.posix_memalign, "posix_memalign") &&
+            bind(&winner.aligned_alloc, "aligned_alloc") && bind(&winner.valloc, "valloc") &&
+            bind(&winner.pvalloc, "pvalloc") && bind(&winner.usable, "malloc_usable_size");
+  if (ok) {
+    bind(&winner.trim, "malloc_trim");
+    bind(&winner.mallopt, "mallopt");
+  }
+  g.mode.store(ok ? kForwarding : kReady, std::memory_order_release);
+  if (p != nullptr) {
+    if (ours) mi_free(p);  // a small block: ours went straight to mimalloc
+    else winner.free != nullptr ? winner.free(p) : (void)0;
+  }
+  return ok;
+}
+
+}  // namespace lowtide::forward

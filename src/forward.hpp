@@ -1,0 +1,32 @@
+// When lowtide is not the process's malloc (it was dlopen'ed, another
+// allocator is earlier in LD_PRELOAD, or the program defines malloc), every
+// call is forwarded to the allocator that won, so no pointer ever meets an
+// allocator that did not make it.
+#pragma once
+#include <cstddef>
+#include <malloc.h>
+
+namespace lowtide::forward {
+
+struct Winner {
+  void* (*malloc)(std::size_t);
+  void (*free)(void*);
+  void* (*calloc)(std::size_t, std::size_t);
+  void* (*realloc)(void*, std::size_t);
+  void* (*memalign)(std::size_t, std::size_t);
+  int (*posix_memalign)(void**, std::size_t, std::size_t);
+  void* (*aligned_alloc)(std::size_t, std::size_t);
+  void* (*valloc)(std::size_t);
+  void* (*pvalloc)(std::size_t);
+  std::size_t (*usable)(void*);
+  int (*trim)(std::size_t);
+  int (*mallopt)(int, int);
+};
+
+extern Winner winner;
+
+// Called once from lowtide's constructor: true when some other object's
+// malloc is the one the dynamic linker binds globally; fills `winner`.
+bool detect();
+
+}  // namespace lowtide::forward

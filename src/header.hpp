@@ -1,0 +1,53 @@
+// The provenance header in front of every large block. It describes the block
+// for reports and debuggers; lowtide never trusts it to decide what to unmap
+// (that comes from the arena's own tables, outside the block), because a
+// buffer underflow in the host can overwrite it.
+#pragma once
+#include <cstdint>
+
+namespace lowtide {
+
+enum class Origin : std::uint8_t { malloc = 0, calloc, realloc, aligned, new_op, count };
+
+enum HeaderFlags : std::uint8_t {
+  kFromSmall = 1,  // moved over from the small path by a realloc
+};
+
+struct BlockHeader {
+  std::uint64_t magic;      // kHeaderMagic ^ address of the user pointer
+  std::uint64_t base;       // start of the mapping
+  std::uint64_t length;     // bytes mapped
+  std::uint64_t requested;  // bytes asked for (latest realloc)
+  std::uint64_t alignment;  // alignment asked for (16 = default)
+  std::uint32_t tid;        // allocating thread (kernel tid)
+  std::uint32_t site;       // call-site id; 0 until call sites are recorded
+  Origin origin;
+  std::uint8_t flags;
+  std::uint8_t reserved[14];
+};
+static_assert(sizeof(BlockHeader) == 64, "the header is one cache line");
+
+constexpr std::uint64_t kHeaderMagic = 0x6c6f77746964652eULL;  // "lowtide."
+
+inline BlockHeader* header_of(void* user) { return static_cast<BlockHeader*>(user) - 1; }
+
+inline void encode_header(BlockHeader* h, void* user, std::uint64_t base, std::uint64_t length,
+                          std::uint64_t requested, std::uint64_t alignment, Origin origin,
+                          std::uint8_t flags, std::uint32_t tid) {
+  h->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
+  h->base = base;
+  h->length = length;
+  h->requested = requested;
+  h->alignment = alignment;
+  h->tid = tid;
+  h->site = 0;
+  h->origin = origin;
+  h->flags = flags;
+  for (auto& r : h->reserved) r = 0;
+}
+
+inline bool header_valid(const BlockHeader* h, const void* user) {
+  return h->magic == (kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user));
+}
+
+}  // namespace lowtide

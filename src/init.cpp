@@ -1,0 +1,106 @@
+#include "init.hpp"
+
+#include <cerrno>
+#include <sched.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "forward.hpp"
+#include "log.hpp"
+#include "parse.hpp"
+#include "platform.hpp"
+#include "small_path.hpp"
+
+extern char** environ;
+
+namespace lowtide {
+
+Globals g;
+__thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));
+
+std::uint32_t current_tid() {
+  if (t_local.tid == 0) t_local.tid = static_cast<std::uint32_t>(pal::current_tid());
+  return t_local.tid;
+}
+
+namespace {
+
+void warn_option(const char* env, const char* value, const char* reason, const char* def) {
+  log::warn("{}='{}' {}; using the default {}", env, value, reason, def);
+}
+
+// fork: the child must find the arena lock free and its own pid. mimalloc
+// 2.0.9 has no fork handling of its own (see docs/design.md).
+void before_fork() { g.arena.lock(); }
+void after_fork_parent() { g.arena.unlock(); }
+void after_fork_child() {
+  g.arena.reset_after_fork();
+  g.pid = static_cast<int>(::getpid());
+  t_local.tid = 0;
+}
+
+void init_once() {
+  int saved = errno;
+  g.pid = static_cast<int>(::getpid());
+  bool secure = ::getauxval(AT_SECURE) != 0;
+  load_config(&g.config, environ, secure, &warn_option);
+  g.cutoff = g.config.get(Opt::cutoff);
+  g.shrink_below = g.cutoff / 2;
+  small::configure();
+  std::size_t want = g.config.get(Opt::reserve);
+  if (!g.arena.init(want, std::size_t{64} << 20)) {
+    g.large_disabled = true;
+    char buf[32];
+    log::warn("could not reserve address space for large blocks (ulimit -v?); "
+              "blocks of {} and more go to mimalloc instead",
+              format_size(g.cutoff, buf, sizeof buf));
+  }
+  // Registered before anything else can be (we are in the first allocation),
+  // so our prepare handler runs last and our child handler first.
+  ::pthread_atfork(&before_fork, &after_fork_parent, &after_fork_child);
+  errno = saved;
+}
+
+}  // namespace
+
+int mode_slow() {
+  int m = g.mode.load(std::memory_order_acquire);
+  for (;;) {
+    if (m == kReady || m == kForwarding) return m;
+    if (m == kUninit) {
+      int expected = kUninit;
+      if (g.mode.compare_exchange_strong(expected, kIniting, std::memory_order_acq_rel)) {
+        t_local.in_init = 1;
+        init_once();
+        t_local.in_init = 0;
+        g.mode.store(kReady, std::memory_order_release);
+        return kReady;
+      }
+      m = expected;
+      continue;
+    }
+    // kIniting or kProbing: the thread doing it is served; others wait.
+    if (t_local.in_init) {
+      if (m == kProbing) g.probe_hit.store(true, std::memory_order_relaxed);
+      return kReady;
+    }
+    ::sched_yield();
+    m = g.mode.load(std::memory_order_acquire);
+  }
+}
+
+namespace {
+
+// Runs once the loader has bound every symbol: only now can we tell whether
+// our malloc is the one the process uses.
+__attribute__((constructor)) void lowtide_constructor() {
+  if (mode() != kReady) return;
+  if (forward::detect()) {
+    log::warn("another allocator's malloc comes first in this process (lowtide was dlopen'ed "
+              "or is later in LD_PRELOAD); lowtide forwards every call to it and stays out of the way");
+  }
+}
+
+}  // namespace
+
+}  // namespace lowtide

@@ -1,0 +1,164 @@
+#include "large_path.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.hpp"
+#include "platform.hpp"
+#include "size_math.hpp"
+#include "state.hpp"
+
+namespace lowtide::large {
+
+namespace {
+
+constexpr std::size_t G = Arena::kGranule;
+
+// Offset of the user pointer from the start of its extent: room for the
+// header, and the alignment asked for.
+std::size_t user_offset(std::size_t align) { return align <= sizeof(BlockHeader) ? sizeof(BlockHeader) : align; }
+
+// Release pages of [p, p+len) back to the kernel without leaving a hole.
+// At vm.max_map_count the replacement mapping can fail (it may split a VMA):
+// then drop the pages in place; the range stays ours either way.
+void give_back(char* p, std::size_t len) {
+  if (!pal::decommit_fixed(p, len)) pal::discard(p, len);
+}
+
+[[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
+
+}  // namespace
+
+Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+  Arena& a = g.arena;
+  if (!a.ready()) return Result::no_room;
+  std::size_t off = user_offset(align);
+  if (size > a.size() || off > a.size() - size) return Result::no_room;
+  std::size_t bytes = round_up(off + size, G);
+  auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
+  auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
+  std::uint32_t s = a.alloc(need, align_g);
+  if (s == Arena::kNone) return Result::no_room;
+  char* base = a.addr(s);
+  if (!pal::commit_fixed(base, bytes)) {
+    a.release(s, need);
+    return Result::no_memory;
+  }
+  void* user = base + off;
+  encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
+                origin, flags, current_tid());
+  a.publish(user, s);
+  g.large_blocks.fetch_add(1, std::memory_order_relaxed);
+  g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
+  *out = user;
+  return Result::ok;
+}
+
+void release(void* p, const char* what) {
+  Arena& a = g.arena;
+  std::uint32_t s = a.claim(p);
+  if (s == Arena::kNone) invalid(what, p);
+  std::uint32_t n = a.used_length(s);
+  give_back(a.addr(s), std::size_t{n} << Arena::kGranuleShift);
+  a.release(s, n);
+  g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g.large_mapped.fetch_sub(std::size_t{n} << Arena::kGranuleShift, std::memory_order_relaxed);
+}
+
+std::size_t usable(const void* p, const char* what) {
+  Arena& a = g.arena;
+  std::uint32_t s = a.lookup(p);
+  if (s == Arena::kNone) invalid(what, p);
+  std::size_t off = static_cast<std::size_t>(static_cast<const char*>(p) - a.addr(s));
+  return (std::size_t{a.used_length(s)} << Arena::kGranuleShift) - off;
+}
+
+std::size_t requested(const void* p) {
+  const BlockHeader* h = static_cast<const BlockHeader*>(p) - 1;
+  return h->requested;
+}
+
+void* resize(void* p, std::size_t size) {
+  Arena& a = g.arena;
+  std::uint32_t s = a.lookup(p);
+  if (s == Arena::kNone) invalid("realloc()", p);
+  char* base = a.addr(s);
+  auto off = static_cast<std::size_t>(static_cast<char*>(p) - base);
+  std::uint32_t n = a.used_length(s);
+  if (size > a.size() || off > a.size() - size) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::size_t bytes = round_up(off + size, G);
+  auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
+  BlockHeader* h = header_of(p);
+
+  if (need <= n) {
+    if (need < n) {
+      give_back(a.addr(s + need), std::size_t{n - need} << Arena::kGranuleShift);
+      a.shrink(s, n, need);
+      g.large_mapped.fetch_sub(std::size_t{n - need} << Arena::kGranuleShift, std::memory_order_relaxed);
+      h->length = bytes;
+    }
+    h->requested = size;
+    return p;
+  }
+
+  // Grow in place by carving the adjacent free extent: no copy, no move.
+  if (a.grow(s, n, need)) {
+    if (pal::commit_fixed(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift)) {
+      g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
+      h->length = bytes;
+      h->requested = size;
+      return p;
+    }
+    a.shrink(s, need, n);
+    errno = ENOMEM;
+    return nullptr;
+  }
+
+  // Move: a new extent with the same offset (and so the same alignment).
+  std::size_t align = off <= sizeof(BlockHeader) ? kMinAlign : off;
+  auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
+  std::uint32_t ns = a.alloc(need, align_g);
+  if (ns == Arena::kNone) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  char* nbase = a.addr(ns);
+  std::size_t old_bytes = std::size_t{n} << Arena::kGranuleShift;
+  // Commit the tail first, so that once the pages have moved nothing can fail.
+  if (!pal::commit_fixed(nbase + old_bytes, bytes - old_bytes)) {
+    a.release(ns, need);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  bool moved = pal::move_pages(base, old_bytes, nbase);
+  if (!moved) {
+    // mremap refused (an old kernel, or the block spans several VMAs since
+    // someone madvised part of it): copy what the user asked for.
+    if (!pal::commit_fixed(nbase, old_bytes)) {
+      give_back(nbase, bytes);
+      a.release(ns, need);
+      errno = ENOMEM;
+      return nullptr;
+    }
+    std::size_t keep = h->requested < old_bytes - off ? h->requested : old_bytes - off;
+    std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
+    std::memcpy(nbase + off, p, keep);
+  }
+  void* user = nbase + off;
+  BlockHeader* nh = header_of(user);
+  nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
+  nh->base = reinterpret_cast<std::uint64_t>(nbase);
+  nh->length = bytes;
+  nh->requested = size;
+  a.claim(p);
+  give_back(base, old_bytes);
+  a.release(s, n);
+  a.publish(user, ns);
+  g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
+  return user;
+}
+
+}  // namespace lowtide::large

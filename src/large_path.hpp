@@ -1,0 +1,32 @@
+// Mechanism for large blocks: carve, commit, resize, release. Which requests
+// come here (the cutoff, hysteresis, fallbacks) is decided by the caller.
+#pragma once
+#include <cstddef>
+
+#include "header.hpp"
+
+namespace lowtide::large {
+
+enum class Result { ok, no_memory, no_room };
+
+// A fresh zeroed block of `size` bytes whose user pointer is aligned to
+// `align` (a power of two >= 16). no_room: the reserved range cannot take it
+// (the caller falls back); no_memory: the kernel refused (ENOMEM).
+Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out);
+
+// Give the block's pages back to the OS. Aborts with glibc's kind of message
+// on a pointer that is not a live large block. `what` names the caller.
+void release(void* p, const char* what);
+
+// Resize keeping the block on the large path; returns the (possibly moved)
+// pointer or nullptr (ENOMEM) leaving p intact. Grows in place when the
+// following extent is free, else moves the pages with mremap, else copies.
+void* resize(void* p, std::size_t size);
+
+// Bytes usable at p; aborts on an invalid pointer.
+std::size_t usable(const void* p, const char* what);
+
+// Bytes the user asked for (from the header; used to bound copies).
+std::size_t requested(const void* p);
+
+}  // namespace lowtide::large

@@ -1,0 +1,16 @@
+#include "log.hpp"
+
+#include <cstdlib>
+
+namespace lowtide::log {
+
+void fatal_pointer(const char* what, const void* p) {
+  char buf[256];
+  auto r = fmt::format_to_n(buf, sizeof buf - 1, "lowtide: {}: double free or invalid pointer {}\n",
+                            what, p);
+  std::size_t n = r.size < sizeof buf - 1 ? r.size : sizeof buf - 1;
+  pal::write_stderr(buf, n);
+  std::abort();
+}
+
+}  // namespace lowtide::log

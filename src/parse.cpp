@@ -1,0 +1,88 @@
+#include "parse.hpp"
+
+namespace lowtide {
+
+namespace {
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+}  // namespace
+
+ParseStatus parse_size(const char* s, std::uint64_t* out) {
+  if (s == nullptr) return ParseStatus::empty;
+  while (is_space(*s)) ++s;
+  if (*s == '\0') return ParseStatus::empty;
+  if (*s < '0' || *s > '9') return ParseStatus::garbage;  // also rejects '-' and '+'
+  std::uint64_t v = 0;
+  bool overflow = false;
+  while (*s >= '0' && *s <= '9') {
+    std::uint64_t d = static_cast<std::uint64_t>(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) overflow = true;
+    else v = v * 10 + d;
+    ++s;
+  }
+  unsigned shift = 0;
+  switch (lower(*s)) {
+    case 'k': shift = 10; ++s; break;
+    case 'm': shift = 20; ++s; break;
+    case 'g': shift = 30; ++s; break;
+    case 't': shift = 40; ++s; break;
+    default: break;
+  }
+  if (shift != 0) {
+    if (lower(*s) == 'i') {
+      ++s;
+      if (lower(*s) != 'b') return ParseStatus::garbage;
+      ++s;
+    } else if (lower(*s) == 'b') {
+      ++s;
+    }
+  } else if (lower(*s) == 'b') {
+    ++s;
+  }
+  while (is_space(*s)) ++s;
+  if (*s != '\0') return ParseStatus::garbage;
+  if (overflow) return ParseStatus::overflow;
+  if (shift != 0 && v > (UINT64_MAX >> shift)) return ParseStatus::overflow;
+  *out = v << shift;
+  return ParseStatus::ok;
+}
+
+int parse_choice(const char* s, const char* const* words, int nwords) {
+  if (s == nullptr) return -1;
+  while (is_space(*s)) ++s;
+  for (int i = 0; i < nwords; ++i) {
+    const char* a = s;
+    const char* b = words[i];
+    while (*b != '\0' && lower(*a) == lower(*b)) {
+      ++a;
+      ++b;
+    }
+    while (is_space(*a)) ++a;
+    if (*b == '\0' && *a == '\0') return i;
+  }
+  return -1;
+}
+
+const char* format_size(std::uint64_t v, char* buf, unsigned cap) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  unsigned u = 0;
+  while (u < 4 && v != 0 && (v & 1023) == 0) {
+    v >>= 10;
+    ++u;
+  }
+  char tmp[24];
+  unsigned n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  unsigned o = 0;
+  while (n > 0 && o + 1 < cap) buf[o++] = tmp[--n];
+  const char* unit = units[u];
+  if (o + 1 < cap) buf[o++] = ' ';
+  while (*unit && o + 1 < cap) buf[o++] = *unit++;
+  if (cap) buf[o] = '\0';
+  return buf;
+}
+
+}  // namespace lowtide

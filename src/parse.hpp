@@ -1,0 +1,23 @@
+// Parsing of configuration values. Pure functions (no globals, no
+// allocation) so they are unit-tested on their own and safe in early init.
+#pragma once
+#include <cstdint>
+
+namespace lowtide {
+
+enum class ParseStatus { ok, empty, garbage, overflow };
+
+// A byte size: decimal digits with an optional suffix K/M/G/T, optionally
+// followed by "B" or "iB" (all binary: 1K = 1KB = 1KiB = 1024), any case,
+// surrounding spaces allowed. "1M", "1MiB", "512K", "1048576".
+ParseStatus parse_size(const char* s, std::uint64_t* out);
+
+// A choice among words: returns the index of the matching word (case
+// insensitive) or -1.
+int parse_choice(const char* s, const char* const* words, int nwords);
+
+// Format a size the way parse_size reads it back (e.g. "1 MiB", "512 KiB",
+// "1000 B") into buf; returns buf.
+const char* format_size(std::uint64_t v, char* buf, unsigned cap);
+
+}  // namespace lowtide
