@@ -1,0 +1,82 @@
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "options.hpp"
+
+using namespace lowtide;
+
+namespace {
+std::vector<std::string> warnings;
+void record(const char* env, const char* value, const char* reason, const char* def) {
+  warnings.push_back(std::string(env) + "|" + value + "|" + reason + "|" + def);
+}
+Config load(std::vector<const char*> env, bool secure = false) {
+  warnings.clear();
+  env.push_back(nullptr);
+  Config c{};
+  load_config(&c, env.data(), secure, &record);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("defaults come from the table") {
+  Config c = load({"PATH=/bin", "HOME=/root"});
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(c.get(Opt::reserve) == (std::uint64_t{1} << 40));
+  CHECK(warnings.empty());
+}
+
+TEST_CASE("values are parsed, bad ones warned about and replaced by the default") {
+  Config c = load({"LOWTIDE_CUTOFF=512K"});
+  CHECK(c.get(Opt::cutoff) == 512 * 1024);
+  CHECK(warnings.empty());
+
+  for (const char* bad : {"LOWTIDE_CUTOFF=", "LOWTIDE_CUTOFF=abc", "LOWTIDE_CUTOFF=-5",
+                          "LOWTIDE_CUTOFF=99999999999999999999999", "LOWTIDE_CUTOFF=1", "LOWTIDE_CUTOFF=2T"}) {
+    INFO(bad);
+    c = load({bad});
+    CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].rfind("LOWTIDE_CUTOFF|", 0) == 0);
+    CHECK(warnings[0].find("|1MiB") != std::string::npos);
+  }
+  c = load({"LOWTIDE_CUTOFFX=5M", "XLOWTIDE_CUTOFF=5M"});
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(warnings.empty());
+}
+
+TEST_CASE("setuid processes ignore every LOWTIDE_ variable") {
+  Config c = load({"LOWTIDE_CUTOFF=512K", "LOWTIDE_RESERVE=abc"}, true);
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(warnings.empty());
+}
+
+TEST_CASE("docs/configuration.md documents every option with its default") {
+  const char* root = std::getenv("LOWTIDE_SOURCE_ROOT");
+  REQUIRE(root != nullptr);
+  std::ifstream f(std::string(root) + "/docs/configuration.md");
+  REQUIRE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string doc = ss.str();
+  for (const OptionSpec& o : kOptions) {
+    INFO(o.env);
+    std::string row = std::string("| `") + o.env + "` |";
+    auto at = doc.find(row);
+    REQUIRE(at != std::string::npos);
+    std::string line = doc.substr(at, doc.find('\n', at) - at);
+    CHECK(line.find(std::string("`") + o.default_text + "`") != std::string::npos);
+  }
+  // And nothing documented that the table does not have.
+  std::size_t pos = 0;
+  int rows = 0;
+  while ((pos = doc.find("| `LOWTIDE_", pos)) != std::string::npos) {
+    ++rows;
+    ++pos;
+  }
+  CHECK(rows == static_cast<int>(sizeof kOptions / sizeof kOptions[0]));
+}
