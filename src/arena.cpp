@@ -67,7 +67,10 @@ std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g) {
   for (int b = bin_of(n); b < kBins; ++b) {
     for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
       std::uint32_t len = tag_[s] & kLenMask;
-      std::uint64_t a = (std::uint64_t{s} + align_g - 1) / align_g * align_g;
+      // Align the absolute address: the range is only 2 MiB-aligned.
+      std::uint64_t addr = base_ + (std::uint64_t{s} << kGranuleShift);
+      std::uint64_t align = std::uint64_t{align_g} << kGranuleShift;
+      std::uint64_t a = (((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift;
       if (a + n > std::uint64_t{s} + len) continue;
       remove_free(s);
       auto at = static_cast<std::uint32_t>(a);

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <sched.h>
 #include <sys/auxv.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "forward.hpp"
@@ -48,6 +49,12 @@ void init_once() {
   g.shrink_below = g.cutoff / 2;
   small::configure();
   std::size_t want = g.config.get(Opt::reserve);
+  // Under an address-space limit (ulimit -v) a reservation counts in full
+  // although it commits nothing: take at most an eighth of the limit so the
+  // host keeps room for everything else.
+  struct rlimit as;
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && want > as.rlim_cur / 8)
+    want = static_cast<std::size_t>(as.rlim_cur / 8);
   if (!g.arena.init(want, std::size_t{64} << 20)) {
     g.large_disabled = true;
     char buf[32];
