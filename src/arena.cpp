@@ -60,17 +60,17 @@ void Arena::remove_free(std::uint32_t s) {
   if (next_[s] != kNone) prev_[next_[s]] = prev_[s];
 }
 
-std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g) {
-  if (n == 0 || n > granules_) return kNone;
+std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g) {
+  if (n == 0 || n > granules_ || skew_g >= n) return kNone;
   if (align_g == 0) align_g = 1;
   lock();
   for (int b = bin_of(n); b < kBins; ++b) {
     for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
       std::uint32_t len = tag_[s] & kLenMask;
       // Align the absolute address: the range is only 2 MiB-aligned.
-      std::uint64_t addr = base_ + (std::uint64_t{s} << kGranuleShift);
+      std::uint64_t addr = base_ + (std::uint64_t{s + skew_g} << kGranuleShift);
       std::uint64_t align = std::uint64_t{align_g} << kGranuleShift;
-      std::uint64_t a = (((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift;
+      std::uint64_t a = ((((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift) - skew_g;
       if (a + n > std::uint64_t{s} + len) continue;
       remove_free(s);
       auto at = static_cast<std::uint32_t>(a);

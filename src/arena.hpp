@@ -32,9 +32,10 @@ class Arena {
     return static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(p) - base_) >> kGranuleShift);
   }
 
-  // Extent management (takes the arena lock). `align_g` is in granules.
-  // Returns the first granule of n free granules, or kNone.
-  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g);
+  // Extent management (takes the arena lock). Returns the first granule s of
+  // n free granules such that granule s + skew_g starts at an address aligned
+  // to align_g granules, or kNone.
+  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g = 0);
   void release(std::uint32_t start, std::uint32_t n);
   // Extend the used extent [start, start+n) to m granules in place, if the
   // following granules are free.

@@ -16,7 +16,10 @@ constexpr std::size_t G = Arena::kGranule;
 
 // Offset of the user pointer from the start of its extent: room for the
 // header, and the alignment asked for.
-std::size_t user_offset(std::size_t align) { return align <= sizeof(BlockHeader) ? sizeof(BlockHeader) : align; }
+std::size_t user_offset(std::size_t align) {
+  if (align <= sizeof(BlockHeader)) return sizeof(BlockHeader);
+  return align <= G ? align : G;
+}
 
 // Release pages of [p, p+len) back to the kernel without leaving a hole.
 // At vm.max_map_count the replacement mapping can fail (it may split a VMA):
@@ -33,11 +36,15 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   Arena& a = g.arena;
   if (!a.ready()) return Result::no_room;
   std::size_t off = user_offset(align);
-  if (size > a.size() || off > a.size() - size) return Result::no_room;
-  std::size_t bytes = round_up(off + size, G);
+  if (size > a.size() - off) return Result::no_room;
+  // At least one byte past the user pointer, so even a zero-size block's
+  // pointer lies inside its own extent (its live-table slot is its own).
+  std::size_t bytes = round_up(off + (size == 0 ? 1 : size), G);
   auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
+  // Alignments above a granule: the user pointer sits one granule in, and
+  // the extent starts one granule before an aligned address.
   auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
-  std::uint32_t s = a.alloc(need, align_g);
+  std::uint32_t s = a.alloc(need, align_g, align > G ? 1 : 0);
   if (s == Arena::kNone) return Result::no_room;
   char* base = a.addr(s);
   if (!pal::commit_fixed(base, bytes)) {
@@ -85,7 +92,7 @@ void* resize(void* p, std::size_t size) {
   char* base = a.addr(s);
   auto off = static_cast<std::size_t>(static_cast<char*>(p) - base);
   std::uint32_t n = a.used_length(s);
-  if (size > a.size() || off > a.size() - size) {
+  if (size > a.size() - off) {
     errno = ENOMEM;
     return nullptr;
   }
@@ -117,10 +124,9 @@ void* resize(void* p, std::size_t size) {
     return nullptr;
   }
 
-  // Move: a new extent with the same offset (and so the same alignment).
-  std::size_t align = off <= sizeof(BlockHeader) ? kMinAlign : off;
-  auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
-  std::uint32_t ns = a.alloc(need, align_g);
+  // Move: a new extent, the user pointer at the same offset in it (realloc
+  // need not keep an alignment above 16, and pages move whole).
+  std::uint32_t ns = a.alloc(need, 1, 0);
   if (ns == Arena::kNone) {
     errno = ENOMEM;
     return nullptr;

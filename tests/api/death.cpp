@@ -1,0 +1,255 @@
+// Death tests: an invalid or double free of a LARGE block must print
+//   lowtide: free(): double free or invalid pointer 0x<ptr>
+// on stderr and abort (SIGABRT). Each case runs in a forked child; the parent
+// collects the child's stderr through a pipe and waits with a deadline.
+//
+// Only meaningful under lowtide: LOWTIDE_TEST_LIB must be set (the test is
+// registered with preload_env only). Without it the program fails rather than
+// silently skipping.
+
+#include "lowtide_test.hpp"
+
+#include <string>
+#include <vector>
+
+#include <dlfcn.h>
+#include <malloc.h>
+#include <poll.h>
+#include <sys/resource.h>
+
+using lt::MiB;
+using lt::opaque;
+
+namespace {
+
+// The spec: every invalid/double free of a large block -- whichever entry point
+// it came through (free, operator delete) -- reports as free(); realloc names
+// itself, as glibc does.
+constexpr const char* kMessage = "lowtide: free(): double free or invalid pointer";
+
+struct Case {
+  const char* name;
+  // Runs in the child. Returns the pointer that the shim should report; the
+  // child writes it to stdout before the fatal call.
+  void (*run)(int report_fd);
+  bool expect_abort;
+  const char* message = kMessage;  // expected on stderr, followed by " 0x<ptr>"
+};
+
+void report(int fd, const void* p) {
+  char buf[64];
+  int n = std::snprintf(buf, sizeof buf, "%#lx\n", static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(p)));
+  ssize_t w = write(fd, buf, static_cast<std::size_t>(n));
+  (void)w;
+}
+
+unsigned char* large(std::size_t n = 2 * MiB) {
+  auto* p = static_cast<unsigned char*>(malloc(opaque(n)));
+  CHECK(p != nullptr);
+  p[0] = 1;
+  p[n - 1] = 1;
+  return opaque(p);
+}
+
+void case_double_free(int fd) {
+  unsigned char* p = large();
+  free(opaque(p));
+  report(fd, p);
+  free(opaque(p));
+}
+
+void case_free_middle(int fd) {
+  unsigned char* p = large();
+  unsigned char* mid = opaque(p + MiB);
+  report(fd, mid);
+  free(mid);
+}
+
+void case_free_plus16(int fd) {
+  unsigned char* p = large();
+  unsigned char* q = opaque(p + 16);
+  report(fd, q);
+  free(q);
+}
+
+void case_realloc_freed(int fd) {
+  unsigned char* p = large();
+  free(opaque(p));
+  report(fd, p);
+  void* r = realloc(opaque(p), 4 * MiB);
+  opaque(r);
+}
+
+// realloc(p, 0) frees p (glibc 2.36 semantics): freeing p again is a double free.
+void case_realloc_zero_then_free(int fd) {
+  unsigned char* p = large();
+  void* r = realloc(opaque(p), opaque(std::size_t{0}));
+  CHECK(r == nullptr, "realloc(p, 0) returned %p", r);
+  report(fd, p);
+  free(opaque(p));
+}
+
+// A large block from posix_memalign (big alignment) double-freed.
+void case_aligned_double_free(int fd) {
+  void* p = nullptr;
+  CHECK(posix_memalign(&p, opaque(std::size_t{4} * MiB), 3 * MiB) == 0);
+  free(opaque(p));
+  report(fd, p);
+  free(opaque(p));
+}
+
+// operator delete of a freed large block goes through the same check.
+void case_delete_freed(int fd) {
+  void* p = ::operator new(opaque(3 * MiB));
+  ::operator delete(opaque(p));
+  report(fd, p);
+  ::operator delete(opaque(p));
+}
+
+// reallocf frees the block when it fails: freeing it afterwards must abort.
+void case_reallocf_frees(int fd) {
+  using reallocf_t = void* (*)(void*, std::size_t);
+  auto f = reinterpret_cast<reallocf_t>(dlsym(RTLD_DEFAULT, "reallocf"));
+  CHECK(f != nullptr, "reallocf not exported");
+  unsigned char* p = large();
+  void* r = f(opaque(p), opaque(SIZE_MAX - 100));
+  CHECK(r == nullptr);
+  report(fd, p);
+  free(opaque(p));
+}
+
+// Control: valid large and small alloc/free, exits 0. Guards against a harness
+// that would "pass" every case.
+void case_control(int fd) {
+  unsigned char* p = large();
+  void* s = malloc(opaque(std::size_t{100}));
+  free(s);
+  free(p);
+  p = large(5 * MiB);
+  p = static_cast<unsigned char*>(realloc(p, 9 * MiB));
+  free(opaque(p));
+  free(nullptr);
+  report(fd, nullptr);
+}
+
+const Case kCases[] = {
+    {"control (valid frees)", case_control, false},
+    {"double free of 2 MiB block", case_double_free, true},
+    {"free of pointer into the middle of a large block", case_free_middle, true},
+    {"free of large pointer + 16", case_free_plus16, true},
+    // Like glibc ("realloc(): invalid pointer"), the message names the call.
+    {"realloc of a freed large pointer", case_realloc_freed, true,
+     "lowtide: realloc(): double free or invalid pointer"},
+    {"free after realloc(p, 0)", case_realloc_zero_then_free, true},
+    {"double free of posix_memalign(4 MiB) block", case_aligned_double_free, true},
+    {"operator delete of freed large block", case_delete_freed, true},
+    {"free after failed reallocf", case_reallocf_frees, true},
+};
+
+std::string read_all_bounded(int fd, double seconds) {
+  std::string out;
+  const double deadline = lt::now_seconds() + seconds;
+  char buf[4096];
+  for (;;) {
+    const double left = deadline - lt::now_seconds();
+    if (left <= 0) break;
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, static_cast<int>(left * 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// Returns true when the case behaved as expected.
+bool run_case(const Case& c) {
+  int err_pipe[2], out_pipe[2];
+  CHECK(pipe(err_pipe) == 0 && pipe(out_pipe) == 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", std::strerror(errno));
+  if (pid == 0) {
+    rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    alarm(10);
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    close(out_pipe[0]);
+    c.run(out_pipe[1]);
+    _exit(0);
+  }
+  close(err_pipe[1]);
+  close(out_pipe[1]);
+  const std::string err = read_all_bounded(err_pipe[0], 15);
+  const std::string out = read_all_bounded(out_pipe[0], 1);
+  close(err_pipe[0]);
+  close(out_pipe[0]);
+  int status = 0;
+  const bool reaped = lt::wait_bounded(pid, 15, &status);
+  char desc[128];
+  lt::describe_status(status, desc, sizeof desc);
+
+  bool ok = true;
+  auto complain = [&](const char* why) {
+    std::fprintf(stderr, "FAIL [%s]: %s\n  child %s\n  child stderr: <<%s>>\n", c.name, why, desc, err.c_str());
+    ok = false;
+  };
+  if (!reaped) {
+    complain("child did not finish within 15 s (killed)");
+    return false;
+  }
+  if (!c.expect_abort) {
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) complain("expected a clean exit(0)");
+    if (err.find("lowtide:") != std::string::npos) complain("unexpected lowtide message on stderr");
+    return ok;
+  }
+  if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT)) complain("expected the child to die of SIGABRT");
+  const std::size_t at = err.find(c.message);
+  if (at == std::string::npos) {
+    char why[200];
+    std::snprintf(why, sizeof why, "stderr lacks \"%s\"", c.message);
+    complain(why);
+  } else {
+    // The message should name the pointer the program passed.
+    const unsigned long want = std::strtoul(out.c_str(), nullptr, 16);
+    const char* hex = err.c_str() + at + std::strlen(c.message);
+    while (*hex == ' ') ++hex;
+    const unsigned long got = std::strtoul(hex, nullptr, 16);
+    if (std::strncmp(hex, "0x", 2) != 0 || got != want) {
+      char why[200];
+      std::snprintf(why, sizeof why, "message names pointer %#lx, the program passed %#lx", got, want);
+      complain(why);
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  lt::arm_watchdog(100, "death");
+  if (!lt::under_lowtide()) {
+    std::fprintf(stderr,
+                 "FAIL: LOWTIDE_TEST_LIB is not set; death tests only make sense with liblowtide preloaded\n");
+    return 1;
+  }
+  int failed = 0;
+  for (const Case& c : kCases) {
+    const bool ok = run_case(c);
+    std::printf("%-55s %s\n", c.name, ok ? "ok" : "FAILED");
+    std::fflush(stdout);
+    if (!ok) ++failed;
+  }
+  if (failed) {
+    std::fprintf(stderr, "death: %d case(s) failed\n", failed);
+    return 1;
+  }
+  std::printf("PASS death\n");
+  return 0;
+}
