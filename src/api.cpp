@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "forward.hpp"
 #include "init.hpp"
@@ -13,6 +14,8 @@
 #include "platform.hpp"
 #include "size_math.hpp"
 #include "small_path.hpp"
+#include "report.hpp"
+#include "stats.hpp"
 
 namespace lowtide::api {
 
@@ -43,13 +46,22 @@ void* small_fallback(std::size_t n, std::size_t align, bool zero) {
 }
 
 // The one allocation path behind malloc, calloc, memalign and friends.
-// `align` is already a power of two >= 16.
-void* allocate(std::size_t n, std::size_t align, Origin origin, bool zero) {
+// `align` is already a power of two >= 16; `call` is the counter it counts in.
+void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter call, bool zero) {
   if (LT_UNLIKELY(n > kMaxRequest)) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (LT_LIKELY(!is_large_request(n, align))) return small_fallback(n, align, zero);
+  stats::Slot* st = stats::slot();
+  stats::count_request(st, call, n);
+  if (LT_LIKELY(!is_large_request(n, align))) {
+    void* p = small_fallback(n, align, zero);
+    if (LT_LIKELY(p != nullptr)) {
+      stats::add(st, stats::kSmallRequested, n);
+      stats::add(st, stats::kSmallOut, small::usable(p));
+    }
+    return p;
+  }
   void* p = nullptr;
   switch (large::allocate(n, align, origin, 0, &p)) {
     case large::Result::ok: return p;
@@ -57,7 +69,24 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, bool zero) {
     case large::Result::no_room: break;
   }
   warn_full_once();
-  return small_fallback(n, align, zero);
+  p = small_fallback(n, align, zero);
+  if (p != nullptr) {
+    stats::add(st, stats::kLargeFallback, 1);
+    stats::add(st, stats::kSmallRequested, n);
+    stats::add(st, stats::kSmallOut, small::usable(p));
+  }
+  return p;
+}
+
+// Free without counting a free() call (realloc counts itself).
+void release_block(void* p, const char* what) {
+  if (g.arena.contains(p)) {
+    large::release(p, what);
+  } else {
+    stats::Slot* st = stats::slot();
+    stats::add(st, stats::kSmallFreed, small::usable(p));
+    small::release(p);
+  }
 }
 
 // --- forwarding mode: lowtide lost the symbol race --------------------------
@@ -82,18 +111,18 @@ void* fwd_realloc(void* p, std::size_t n) {
 
 void* malloc(std::size_t n) {
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
-  return allocate(n, kMinAlign, Origin::malloc, false);
+  return allocate(n, kMinAlign, Origin::malloc, stats::kMallocCalls, false);
 }
 
 void free(void* p) {
   if (p == nullptr) return;
   int saved = errno;
-  if (g.arena.contains(p)) {
-    large::release(p, "free()");
-  } else if (LT_LIKELY(g.mode.load(std::memory_order_relaxed) != kForwarding) || small_owns(p)) {
-    small::release(p);
-  } else {
+  if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !g.arena.contains(p) &&
+      !small_owns(p)) {
     forward::winner.free(p);
+  } else {
+    stats::add(stats::slot(), stats::kFreeCalls, 1);
+    release_block(p, "free()");
   }
   errno = saved;
 }
@@ -105,23 +134,28 @@ void* calloc(std::size_t n, std::size_t size) {
     return nullptr;
   }
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.calloc(n, size);
-  return allocate(total, kMinAlign, Origin::calloc, true);
+  return allocate(total, kMinAlign, Origin::calloc, stats::kCallocCalls, true);
 }
 
 void* realloc(void* p, std::size_t n) {
   if (p == nullptr) {
     if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
-    return allocate(n, kMinAlign, Origin::realloc, false);
+    return allocate(n, kMinAlign, Origin::realloc, stats::kReallocCalls, false);
   }
+  if (LT_UNLIKELY(mode() == kForwarding)) return fwd_realloc(p, n);
   if (n == 0) {  // glibc: frees, returns NULL, errno unchanged
-    free(p);
+    int saved = errno;
+    stats::count_request(stats::slot(), stats::kReallocCalls, 0);
+    release_block(p, "realloc()");
+    errno = saved;
     return nullptr;
   }
   if (n > kMaxRequest) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (LT_UNLIKELY(mode() == kForwarding)) return fwd_realloc(p, n);
+  stats::Slot* st = stats::slot();
+  stats::count_request(st, stats::kReallocCalls, n);
 
   if (g.arena.contains(p)) {
     if (n >= g.shrink_below) return large::resize(p, n);
@@ -136,24 +170,34 @@ void* realloc(void* p, std::size_t n) {
     }
     std::memcpy(q, p, old < n ? old : n);
     large::release(p, "realloc()");
+    stats::add(st, stats::kCrossDown, 1);
+    stats::add(st, stats::kSmallRequested, n);
+    stats::add(st, stats::kSmallOut, small::usable(q));
     return q;
   }
 
+  std::size_t old = small::usable(p);
   if (n >= g.cutoff) {
     void* q = nullptr;
     switch (large::allocate(n, kMinAlign, Origin::realloc, kFromSmall, &q)) {
-      case large::Result::ok: {
-        std::size_t old = small::usable(p);
+      case large::Result::ok:
         std::memcpy(q, p, old < n ? old : n);
         small::release(p);
+        stats::add(st, stats::kCrossUp, 1);
+        stats::add(st, stats::kSmallFreed, old);
         return q;
-      }
       case large::Result::no_memory: errno = ENOMEM; return nullptr;
       case large::Result::no_room: warn_full_once(); break;
     }
   }
   void* q = small::reallocate(p, n);
-  if (q == nullptr) errno = ENOMEM;
+  if (q == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  stats::add(st, stats::kSmallFreed, old);
+  stats::add(st, stats::kSmallRequested, n);
+  stats::add(st, stats::kSmallOut, small::usable(q));
   return q;
 }
 
@@ -174,14 +218,14 @@ void* memalign(std::size_t align, std::size_t n) {
     return nullptr;
   }
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.memalign(align, n);
-  return allocate(n, effective_alignment(align), Origin::aligned, false);
+  return allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
 }
 
 int posix_memalign(void** out, std::size_t align, std::size_t n) {
   if (align % sizeof(void*) != 0 || !is_pow2(align / sizeof(void*))) return EINVAL;
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.posix_memalign(out, align, n);
   int saved = errno;
-  void* p = allocate(n, effective_alignment(align), Origin::aligned, false);
+  void* p = allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
   if (p == nullptr) {
     errno = saved;
     return ENOMEM;
@@ -221,7 +265,11 @@ std::size_t good_size(std::size_t n) {
 
 void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
   for (;;) {
-    void* p = align == 0 ? malloc(n) : memalign(align, n);
+    void* p;
+    if (LT_UNLIKELY(mode() == kForwarding)) p = align == 0 ? forward::winner.malloc(n) : memalign(align, n);
+    else if (align == 0) p = allocate(n, kMinAlign, Origin::new_op, stats::kMallocCalls, false);
+    else if (align > SIZE_MAX / 2 + 1) p = nullptr;
+    else p = allocate(n, effective_alignment(align), Origin::new_op, stats::kAlignedCalls, false);
     if (LT_LIKELY(p != nullptr)) return p;
     std::new_handler h = std::get_new_handler();
     if (h == nullptr) {
@@ -271,17 +319,7 @@ struct mallinfo2 info() {
   return m;
 }
 
-void print_stats() {
-  struct mallinfo2 m = info();
-  char buf[512];
-  auto r = fmt::format_to_n(buf, sizeof buf - 1,
-                            "lowtide " LOWTIDE_VERSION ":\n"
-                            "small path (mimalloc) committed bytes = {:>12}\n"
-                            "large blocks live                     = {:>12}\n"
-                            "large bytes mapped                    = {:>12}\n",
-                            m.arena, m.hblks, m.hblkhd);
-  pal::write_stderr(buf, r.size < sizeof buf - 1 ? r.size : sizeof buf - 1);
-}
+void print_stats() { report::write("stderr", report::kText); }
 
 int print_info(int options, FILE* fp) {
   if (options != 0) {
@@ -296,6 +334,58 @@ int print_info(int options, FILE* fp) {
                "</malloc>\n",
                m.arena, m.hblks, m.hblkhd);
   return 0;
+}
+
+int get_stats(struct ::lowtide_stats* out) {
+  if (out == nullptr || out->size < sizeof(std::size_t) + sizeof(std::uint64_t)) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::vector<stats::ThreadRow> rows(stats::registry_size() + 16);
+  stats::Snapshot snap{};
+  snap.rows = rows.data();
+  snap.cap = rows.size();
+  stats::snapshot(&snap, false);
+  const std::uint64_t* c = snap.total.c;
+  struct ::lowtide_stats s;
+  std::memset(&s, 0, sizeof s);
+  s.malloc_calls = c[stats::kMallocCalls];
+  s.calloc_calls = c[stats::kCallocCalls];
+  s.realloc_calls = c[stats::kReallocCalls];
+  s.aligned_calls = c[stats::kAlignedCalls];
+  s.free_calls = c[stats::kFreeCalls];
+  s.small_requested = c[stats::kSmallRequested];
+  s.small_out = c[stats::kSmallOut];
+  s.small_freed = c[stats::kSmallFreed];
+  s.large_requested = c[stats::kLargeRequested];
+  s.large_out = c[stats::kLargeOut];
+  s.large_freed = c[stats::kLargeFreed];
+  s.large_maps = c[stats::kLargeMaps];
+  s.large_unmaps = c[stats::kLargeUnmaps];
+  s.large_in_place = c[stats::kLargeInPlace];
+  s.large_remaps = c[stats::kLargeRemaps];
+  s.large_remap_bytes = c[stats::kLargeRemapBytes];
+  s.large_copies = c[stats::kLargeCopies];
+  s.large_copy_bytes = c[stats::kLargeCopyBytes];
+  s.large_returned_bytes = c[stats::kLargeReturnedBytes];
+  s.cross_up = c[stats::kCrossUp];
+  s.cross_down = c[stats::kCrossDown];
+  s.large_fallback = c[stats::kLargeFallback];
+  s.large_live = snap.large_live;
+  s.large_peak_live = snap.large_peak;
+  s.threads = snap.threads_seen;
+  std::size_t n = out->size < sizeof s ? out->size : sizeof s;
+  std::size_t keep = out->size;
+  std::memcpy(out, &s, n);
+  out->size = keep;
+  return 0;
+}
+
+std::size_t release_now() {
+  std::size_t before = pal::rss_bytes();
+  mi_collect(true);
+  std::size_t after = pal::rss_bytes();
+  return after < before ? before - after : 0;
 }
 
 }  // namespace lowtide::api

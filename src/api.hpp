@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <malloc.h>
 
+#include "lowtide/lowtide.h"
+
 namespace lowtide::api {
 
 void* malloc(std::size_t n);
@@ -26,5 +28,8 @@ int trim(std::size_t pad);
 struct mallinfo2 info();
 void print_stats();
 int print_info(int options, FILE* fp);
+
+int get_stats(struct ::lowtide_stats* out);
+std::size_t release_now();
 
 }  // namespace lowtide::api

@@ -7,7 +7,11 @@
 #include <new>
 #include <stdlib.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "api.hpp"
+#include "report.hpp"
 #include "lowtide/lowtide.h"
 
 #define LT_EXPORT extern "C" __attribute__((visibility("default")))
@@ -106,6 +110,20 @@ LT_EXPORT int __posix_memalign(void** out, size_t align, size_t n) noexcept {
 
 // The public API.
 LT_EXPORT const char* lowtide_version(void) { return LOWTIDE_VERSION; }
+LT_EXPORT int lowtide_get_stats(struct lowtide_stats* s) { return lowtide::api::get_stats(s); }
+LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtide::report::write(path, format); }
+LT_EXPORT size_t lowtide_release(void) { return lowtide::api::release_now(); }
+
+// A process that leaves through _exit (a forked multiprocessing worker's
+// os._exit) runs no destructors: report first, then leave.
+LT_EXPORT void _exit(int status) {
+  lowtide::report::at_exit();
+  for (;;) syscall(SYS_exit_group, status);
+}
+LT_EXPORT void _Exit(int status) {
+  lowtide::report::at_exit();
+  for (;;) syscall(SYS_exit_group, status);
+}
 
 // The 20 replaceable allocation functions. mimalloc 2.0.9's own operator new
 // aborts on failure; these honour std::new_handler and throw std::bad_alloc.

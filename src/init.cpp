@@ -10,7 +10,9 @@
 #include "log.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
+#include "report.hpp"
 #include "small_path.hpp"
+#include "stats.hpp"
 
 extern char** environ;
 
@@ -32,12 +34,21 @@ void warn_option(const char* env, const char* value, const char* reason, const c
 
 // fork: the child must find the arena lock free and its own pid. mimalloc
 // 2.0.9 has no fork handling of its own (see docs/design.md).
-void before_fork() { g.arena.lock(); }
-void after_fork_parent() { g.arena.unlock(); }
+// Locks in one fixed order: the thread registry, then the arena.
+void before_fork() {
+  stats::fork_prepare();
+  g.arena.lock();
+}
+void after_fork_parent() {
+  g.arena.unlock();
+  stats::fork_parent();
+}
 void after_fork_child() {
   g.arena.reset_after_fork();
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
+  stats::fork_child();
+  report::on_fork_child();
 }
 
 void init_once() {
@@ -48,6 +59,7 @@ void init_once() {
   g.cutoff = g.config.get(Opt::cutoff);
   g.shrink_below = g.cutoff / 2;
   small::configure();
+  stats::init();
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
   // although it commits nothing: take at most an eighth of the limit so the
@@ -102,11 +114,17 @@ namespace {
 // our malloc is the one the process uses.
 __attribute__((constructor)) void lowtide_constructor() {
   if (mode() != kReady) return;
+  report::on_start();
   if (forward::detect()) {
     log::warn("another allocator's malloc comes first in this process (lowtide was dlopen'ed "
               "or is later in LD_PRELOAD); lowtide forwards every call to it and stays out of the way");
   }
 }
+
+// Runs after the host's own exit work (Python's atexit handlers and
+// finalisation come first); destructors of libraries dlopen'ed later still
+// run after it and may allocate, which keeps working.
+__attribute__((destructor)) void lowtide_destructor() { report::at_exit(); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "platform.hpp"
 #include "size_math.hpp"
 #include "state.hpp"
+#include "stats.hpp"
 
 namespace lowtide::large {
 
@@ -57,6 +58,12 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   a.publish(user, s);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
   g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
+  std::size_t usable = bytes - off;
+  stats::Slot* st = stats::slot();
+  stats::add(st, stats::kLargeMaps, 1);
+  stats::add(st, stats::kLargeRequested, size);
+  stats::add(st, stats::kLargeOut, usable);
+  stats::large_live_add(usable);
   *out = user;
   return Result::ok;
 }
@@ -66,10 +73,17 @@ void release(void* p, const char* what) {
   std::uint32_t s = a.claim(p);
   if (s == Arena::kNone) invalid(what, p);
   std::uint32_t n = a.used_length(s);
-  give_back(a.addr(s), std::size_t{n} << Arena::kGranuleShift);
+  std::size_t bytes = std::size_t{n} << Arena::kGranuleShift;
+  std::size_t usable = bytes - static_cast<std::size_t>(static_cast<char*>(p) - a.addr(s));
+  give_back(a.addr(s), bytes);
   a.release(s, n);
   g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
-  g.large_mapped.fetch_sub(std::size_t{n} << Arena::kGranuleShift, std::memory_order_relaxed);
+  g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
+  stats::Slot* st = stats::slot();
+  stats::add(st, stats::kLargeUnmaps, 1);
+  stats::add(st, stats::kLargeFreed, usable);
+  stats::add(st, stats::kLargeReturnedBytes, bytes);
+  stats::large_live_sub(usable);
 }
 
 std::size_t usable(const void* p, const char* what) {
@@ -99,15 +113,30 @@ void* resize(void* p, std::size_t size) {
   std::size_t bytes = round_up(off + size, G);
   auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
   BlockHeader* h = header_of(p);
+  stats::Slot* st = stats::slot();
+  const std::size_t old_usable = (std::size_t{n} << Arena::kGranuleShift) - off;
+  const std::size_t new_usable = bytes - off;
+  // Every successful resize hands out new_usable in place of old_usable.
+  auto account = [&](stats::Counter how) {
+    stats::add(st, how, 1);
+    stats::add(st, stats::kLargeRequested, size);
+    stats::add(st, stats::kLargeFreed, old_usable);
+    stats::add(st, stats::kLargeOut, new_usable);
+    stats::large_live_add(new_usable);
+    stats::large_live_sub(old_usable);
+  };
 
   if (need <= n) {
     if (need < n) {
-      give_back(a.addr(s + need), std::size_t{n - need} << Arena::kGranuleShift);
+      std::size_t tail = std::size_t{n - need} << Arena::kGranuleShift;
+      give_back(a.addr(s + need), tail);
       a.shrink(s, n, need);
-      g.large_mapped.fetch_sub(std::size_t{n - need} << Arena::kGranuleShift, std::memory_order_relaxed);
+      g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
+      stats::add(st, stats::kLargeReturnedBytes, tail);
       h->length = bytes;
     }
     h->requested = size;
+    account(stats::kLargeInPlace);
     return p;
   }
 
@@ -117,6 +146,7 @@ void* resize(void* p, std::size_t size) {
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
       h->requested = size;
+      account(stats::kLargeInPlace);
       return p;
     }
     a.shrink(s, need, n);
@@ -152,7 +182,12 @@ void* resize(void* p, std::size_t size) {
     std::size_t keep = h->requested < old_bytes - off ? h->requested : old_bytes - off;
     std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
     std::memcpy(nbase + off, p, keep);
+    stats::add(st, stats::kLargeCopyBytes, keep);
+    stats::add(st, stats::kLargeReturnedBytes, old_bytes);
+  } else {
+    stats::add(st, stats::kLargeRemapBytes, old_bytes);
   }
+  account(moved ? stats::kLargeRemaps : stats::kLargeCopies);
   void* user = nbase + off;
   BlockHeader* nh = header_of(user);
   nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);

@@ -4,6 +4,19 @@
 
 namespace lowtide {
 
+namespace {
+const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both"};
+}
+
+StatsMode stats_mode(std::uint64_t i) {
+  switch (i) {
+    case 2: case 3: case 4: return StatsMode::text;
+    case 5: return StatsMode::json;
+    case 6: return StatsMode::both;
+    default: return StatsMode::off;
+  }
+}
+
 const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_CUTOFF", OptKind::size, "1MiB", 4096, std::uint64_t{1} << 40, nullptr, 0,
      "Blocks of at least this size take the large path (own mapping, pages "
@@ -13,6 +26,11 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
      "Address space reserved at start-up for large blocks (PROT_NONE, no memory "
      "committed). Halved until it fits under ulimit -v; when it cannot be had "
      "or fills up, large blocks go to mimalloc."},
+    {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 7,
+     "Exit-time report: off/0, on/1/text, json, or both (text then JSON)."},
+    {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0,
+     "Where the report goes; %p becomes the pid, %% a percent sign. Written "
+     "atomically (temporary file, then rename)."},
 };
 
 namespace {
@@ -28,6 +46,20 @@ const char* match(const char* entry, const char* name) {
 }
 
 bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
+  if (spec.kind == OptKind::text) {
+    std::uint64_t n = 0;
+    while (text[n] != '\0') ++n;
+    if (n == 0) {
+      *reason = "is empty";
+      return false;
+    }
+    if (n > spec.max) {
+      *reason = "is too long";
+      return false;
+    }
+    *out = n;
+    return true;
+  }
   if (spec.kind == OptKind::choice) {
     int i = parse_choice(text, spec.choices, spec.nchoices);
     if (i < 0) {
@@ -56,6 +88,13 @@ bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, con
   return true;
 }
 
+void copy_text(Config* cfg, unsigned i, const char* text) {
+  unsigned n = 0;
+  if (kOptions[i].kind == OptKind::text)
+    for (; text[n] != '\0' && n + 1 < kTextMax; ++n) cfg->text[i][n] = text[n];
+  cfg->text[i][n] = '\0';
+}
+
 }  // namespace
 
 void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn) {
@@ -64,6 +103,7 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn)
     std::uint64_t v = 0;
     [[maybe_unused]] bool ok = parse_one(kOptions[i], kOptions[i].default_text, &v, &reason);
     cfg->value[i] = v;
+    copy_text(cfg, i, kOptions[i].default_text);
   }
   if (secure || envp == nullptr) return;
   for (const char* const* e = envp; *e != nullptr; ++e) {
@@ -76,6 +116,7 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn)
       std::uint64_t v = 0;
       if (parse_one(kOptions[i], text, &v, &reason)) {
         cfg->value[i] = v;
+        copy_text(cfg, i, text);
       } else if (warn != nullptr) {
         warn(kOptions[i].env, text, reason, kOptions[i].default_text);
       }

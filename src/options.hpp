@@ -7,9 +7,9 @@
 
 namespace lowtide {
 
-enum class Opt : unsigned { cutoff, reserve, count };
+enum class Opt : unsigned { cutoff, reserve, stats, stats_file, count };
 
-enum class OptKind { size, choice };
+enum class OptKind { size, choice, text };
 
 struct OptionSpec {
   const char* env;           // environment variable name
@@ -23,10 +23,18 @@ struct OptionSpec {
 
 extern const OptionSpec kOptions[static_cast<unsigned>(Opt::count)];
 
+constexpr unsigned kTextMax = 1024;  // longest text value kept (a path)
+
 struct Config {
   std::uint64_t value[static_cast<unsigned>(Opt::count)];
+  char text[static_cast<unsigned>(Opt::count)][kTextMax];  // for OptKind::text
   std::uint64_t get(Opt o) const { return value[static_cast<unsigned>(o)]; }
+  const char* str(Opt o) const { return text[static_cast<unsigned>(o)]; }
 };
+
+// LOWTIDE_STATS's words, in table order, and what each means.
+enum class StatsMode : unsigned { off = 0, text = 1, json = 2, both = 3 };
+StatsMode stats_mode(std::uint64_t choice_index);
 
 // Called with (variable, value, reason, default) for each rejected value.
 using WarnFn = void (*)(const char* env, const char* value, const char* reason,

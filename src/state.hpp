@@ -10,6 +10,10 @@
 
 namespace lowtide {
 
+namespace stats {
+struct Slot;
+}
+
 enum Mode : int { kUninit = 0, kIniting = 1, kReady = 2, kForwarding = 3, kProbing = 4 };
 
 struct Globals {
@@ -37,9 +41,11 @@ extern Globals g;
 // dlopen()s fail): anything per-thread that must outlive the thread lives in
 // memory lowtide maps itself and is reached through a pointer here.
 struct ThreadLocal {
+  stats::Slot* stats;     // this thread's counters (stats.hpp)
   std::uint32_t tid;      // cached kernel tid; 0 = not yet known
   std::uint32_t in_init;  // this thread is running first-call init
 };
+static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));
 
 std::uint32_t current_tid();

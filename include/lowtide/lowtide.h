@@ -1,8 +1,12 @@
 /* lowtide: the C API the preloaded shim exports. Reach it from any process
- * running under LD_PRELOAD=liblowtide.so, e.g. from Python with
- * ctypes.CDLL(None).lowtide_version. */
+ * running under LD_PRELOAD=liblowtide.so, without linking: from C with
+ * dlsym(RTLD_DEFAULT, "lowtide_get_stats"), from Python with
+ * ctypes.CDLL(None).lowtide_get_stats. */
 #ifndef LOWTIDE_LOWTIDE_H
 #define LOWTIDE_LOWTIDE_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -10,6 +14,35 @@ extern "C" {
 
 /* The library's version, e.g. "0.1.0". */
 const char* lowtide_version(void);
+
+/* Process totals. Set `size` to sizeof(struct lowtide_stats) before the
+ * call: fields may be added at the end in later versions, and only the first
+ * `size` bytes are written. Byte counts of "out"/"freed" are usable sizes. */
+struct lowtide_stats {
+  size_t size;
+  uint64_t malloc_calls, calloc_calls, realloc_calls, aligned_calls, free_calls;
+  uint64_t small_requested, small_out, small_freed;
+  uint64_t large_requested, large_out, large_freed;
+  uint64_t large_maps, large_unmaps, large_in_place, large_remaps, large_remap_bytes;
+  uint64_t large_copies, large_copy_bytes, large_returned_bytes;
+  uint64_t cross_up, cross_down, large_fallback;
+  uint64_t large_live, large_peak_live;
+  uint64_t threads;
+};
+
+/* 0 on success; -1 with errno EINVAL if stats is NULL or size is too small. */
+int lowtide_get_stats(struct lowtide_stats* stats);
+
+enum { LOWTIDE_REPORT_CONFIGURED = 0, LOWTIDE_REPORT_TEXT = 1, LOWTIDE_REPORT_JSON = 2, LOWTIDE_REPORT_BOTH = 3 };
+
+/* Write a report now to path ("%p" = pid, "%%" = "%"; NULL = the configured
+ * LOWTIDE_STATS_FILE, stderr by default). 0 on success, -1 with errno. */
+int lowtide_write_report(const char* path_or_null, int format);
+
+/* Give back to the OS what can be given back now (mimalloc's freed pages of
+ * the calling thread, and everything lowtide holds); returns the bytes by
+ * which the resident set fell. */
+size_t lowtide_release(void);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,8 @@ as ldd resolves them), keeps the allocation family, and asserts:
  2. each of those is UNVERSIONED in lowtide: no `@` suffix in nm -D and no
     named version in objdump -T (a definition in a named node such as
     LOWTIDE_0.1 never wins over malloc@GLIBC_2.2.5 references);
- 3. lowtide exports nothing but allocation-family symbols and lowtide_*.
+ 3. lowtide exports nothing but allocation-family symbols, lowtide_* and the
+    _exit/_Exit report hooks.
 
 GLIBC_PRIVATE symbols of libc (e.g. __libc_reallocarray) are not part of
 libc's public interface and nothing outside glibc can bind to them; they
@@ -179,8 +180,15 @@ def main():
             failures.append("%s: objdump -T shows version node %r (must be none/Base)"
                             % (name, ov))
 
+    # _exit and _Exit are interposed so a process leaving through them (a
+    # forked worker's os._exit) still writes its report.
+    EXIT_HOOKS = {"_exit", "_Exit"}
+    missing_hooks = EXIT_HOOKS - set(mine)
+    for name in sorted(missing_hooks):
+        failures.append("missing exit hook export: %s" % name)
     extras = sorted(n for n in mine
-                    if not FAMILY.match(n) and not n.startswith("lowtide_"))
+                    if not FAMILY.match(n) and not n.startswith("lowtide_")
+                    and n not in EXIT_HOOKS)
     for name in extras:
         typ, ver, _ = mine[name]
         failures.append("unexpected export: %s (nm type %s%s)"

@@ -1,0 +1,23 @@
+// The exit-time report (text and JSON), and the decision of whether this
+// process writes one.
+#pragma once
+
+namespace lowtide::report {
+
+enum Format : int { kText = 1, kJson = 2, kBoth = 3 };
+
+// Write a report now. path: nullptr = the configured LOWTIDE_STATS_FILE
+// (stderr by default); "%p" and "%%" are expanded. format 0 = as configured
+// (text when stats are off). Returns 0, or -1 with errno set.
+int write(const char* path, int format);
+
+// Called from lowtide's ELF destructor and from _exit/_Exit: writes the
+// configured report once, if this process should (see docs/report.md).
+void at_exit();
+
+// Constructor-time bookkeeping: start time, and the owner-pid marker that
+// tells exec'd children they are children.
+void on_start();
+void on_fork_child();
+
+}  // namespace lowtide::report

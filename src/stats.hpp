@@ -1,0 +1,107 @@
+// Per-thread counters, always on. Each thread writes only its own slot, with
+// plain loads and relaxed stores (no lock, no atomic read-modify-write); a
+// reader may see a slot mid-update and gets a value at most one operation
+// old. Slots live in memory lowtide maps itself, so they outlive their
+// threads and can be read at exit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "state.hpp"
+
+namespace lowtide::stats {
+
+enum Counter : unsigned {
+  // calls, by entry point family
+  kMallocCalls, kCallocCalls, kReallocCalls, kAlignedCalls, kFreeCalls,
+  // bytes asked for and handed out (usable size), by path
+  kSmallRequested, kSmallOut, kSmallFreed,
+  kLargeRequested, kLargeOut, kLargeFreed,
+  // large-path events
+  kLargeMaps,           // blocks mapped
+  kLargeUnmaps,         // blocks released
+  kLargeInPlace,        // resizes done in place (grow by carving, shrink)
+  kLargeRemaps,         // resizes that moved pages with mremap, no copy
+  kLargeRemapBytes,     // bytes mremap moved without copying
+  kLargeCopies,         // resizes that had to copy (mremap refused)
+  kLargeCopyBytes,
+  kLargeReturnedBytes,  // bytes given back to the OS
+  kCrossUp,             // realloc moved a block small -> large
+  kCrossDown,           // realloc moved a block large -> small
+  kLargeFallback,       // large requests served by mimalloc (range full)
+  kCounters
+};
+
+constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
+
+struct Slot {
+  std::uint64_t c[kCounters];
+  std::uint64_t hist[kHistBuckets];
+  // Registry fields, written under the registry lock.
+  std::uint32_t tid;
+  std::uint32_t alive;  // 1 while the thread lives
+  std::uint64_t exited_ns;
+  char name[16];
+  Slot* next;
+};
+
+Slot* attach();  // slow path: this thread's first counted call
+
+inline Slot* slot() {
+  Slot* s = t_local.stats;
+  if (__builtin_expect(s != nullptr, 1)) return s;
+  return attach();
+}
+
+inline void add(Slot* s, Counter k, std::uint64_t v) {
+  __atomic_store_n(&s->c[k], s->c[k] + v, __ATOMIC_RELAXED);
+}
+
+inline unsigned bucket_of(std::size_t n) {
+  unsigned b = n == 0 ? 0u : 64u - static_cast<unsigned>(__builtin_clzll(n));
+  return b < kHistBuckets ? b : kHistBuckets - 1;
+}
+
+inline void count_request(Slot* s, Counter call, std::size_t n) {
+  add(s, call, 1);
+  unsigned b = bucket_of(n);
+  __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
+}
+
+// Process-wide large-path live bytes and their peak (large calls make a
+// syscall anyway, so shared atomics cost nothing there).
+void large_live_add(std::size_t bytes);
+void large_live_sub(std::size_t bytes);
+
+// --- reading ---------------------------------------------------------------
+
+struct ThreadRow {
+  std::uint32_t tid;
+  bool alive;
+  char name[16];
+  std::uint64_t c[kCounters];
+  std::uint64_t hist[kHistBuckets];
+  std::uint32_t folded;  // >0: this row sums that many threads ("N other threads")
+};
+
+struct Snapshot {
+  ThreadRow* rows;      // caller-provided storage
+  std::size_t nrows;
+  std::size_t cap;
+  std::size_t threads_seen;  // rows in the registry (may exceed cap)
+  ThreadRow total;
+  std::uint64_t large_live, large_peak;
+  bool partial;  // a lock was held: read without it
+};
+
+std::size_t registry_size();
+// Copy the registry into snap->rows (at most snap->cap rows; beyond that the
+// smallest are folded into the last row). `try_only`: at exit, never wait.
+void snapshot(Snapshot* snap, bool try_only);
+
+void init();  // at first-call init: the thread-exit key
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
+}  // namespace lowtide::stats
