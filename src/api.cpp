@@ -37,7 +37,7 @@ void warn_full_once() {
             format_size(g.arena.size(), buf, sizeof buf));
 }
 
-void* small_fallback(std::size_t n, std::size_t align, bool zero) {
+__attribute__((noinline)) void* small_fallback(std::size_t n, std::size_t align, bool zero) {
   void* p;
   if (zero) p = align <= kMinAlign ? small::allocate_zeroed(n) : mi_zalloc_aligned_at(small_request(n), align, 0);
   else p = small::allocate_aligned(n, align);
@@ -55,10 +55,12 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   stats::Slot* st = stats::slot();
   stats::count_request(st, call, n);
   if (LT_LIKELY(!is_large_request(n, align))) {
-    void* p = small_fallback(n, align, zero);
+    // The common case inline: plain malloc of a small block.
+    void* p = (align == kMinAlign && !zero) ? small::allocate(n) : small_fallback(n, align, zero);
+    if (LT_UNLIKELY(p == nullptr)) errno = ENOMEM;
     if (LT_LIKELY(p != nullptr)) {
       stats::add(st, stats::kSmallRequested, n);
-      stats::add(st, stats::kSmallOut, small::usable(p));
+      stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(p); });
     }
     return p;
   }
@@ -73,18 +75,18 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   if (p != nullptr) {
     stats::add(st, stats::kLargeFallback, 1);
     stats::add(st, stats::kSmallRequested, n);
-    stats::add(st, stats::kSmallOut, small::usable(p));
+    stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(p); });
   }
   return p;
 }
 
 // Free without counting a free() call (realloc counts itself).
-void release_block(void* p, const char* what) {
+inline void release_block(void* p, const char* what) {
   if (g.arena.contains(p)) {
     large::release(p, what);
   } else {
     stats::Slot* st = stats::slot();
-    stats::add(st, stats::kSmallFreed, small::usable(p));
+    stats::add_usable(st, stats::kSmallFreed, [&] { return small::usable(p); });
     small::release(p);
   }
 }
@@ -116,7 +118,8 @@ void* malloc(std::size_t n) {
 
 void free(void* p) {
   if (p == nullptr) return;
-  int saved = errno;
+  int* err = &errno;  // one __errno_location call, not two
+  int saved = *err;
   if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !g.arena.contains(p) &&
       !small_owns(p)) {
     forward::winner.free(p);
@@ -124,7 +127,7 @@ void free(void* p) {
     stats::add(stats::slot(), stats::kFreeCalls, 1);
     release_block(p, "free()");
   }
-  errno = saved;
+  *err = saved;
 }
 
 void* calloc(std::size_t n, std::size_t size) {
@@ -172,7 +175,7 @@ void* realloc(void* p, std::size_t n) {
     large::release(p, "realloc()");
     stats::add(st, stats::kCrossDown, 1);
     stats::add(st, stats::kSmallRequested, n);
-    stats::add(st, stats::kSmallOut, small::usable(q));
+    stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
     return q;
   }
 
@@ -197,7 +200,7 @@ void* realloc(void* p, std::size_t n) {
   }
   stats::add(st, stats::kSmallFreed, old);
   stats::add(st, stats::kSmallRequested, n);
-  stats::add(st, stats::kSmallOut, small::usable(q));
+  stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
   return q;
 }
 

@@ -156,44 +156,48 @@ void snapshot(Snapshot* snap, bool try_only) {
   snap->nrows = 0;
   snap->threads_seen = 0;
   std::memset(&snap->total, 0, sizeof snap->total);
-  std::uint32_t me = current_tid();
+  // One row is kept back for the folded threads: recycled slots, the
+  // out-of-memory slot, and any thread that registered after the caller
+  // sized the buffer. Totals never lose a count.
+  ThreadRow folded;
+  std::memset(&folded, 0, sizeof folded);
+  auto add_counts = [](ThreadRow* r, const std::uint64_t* c, const std::uint64_t* h) {
+    for (unsigned i = 0; i < kCounters; ++i) r->c[i] += c[i];
+    for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += h[i];
+  };
+  std::uint64_t c[kCounters];
+  std::uint64_t h[kHistBuckets];
   for (Slot* s = head; s != nullptr; s = s->next) {
     ++snap->threads_seen;
-    ThreadRow* r;
-    if (snap->nrows < snap->cap) {
-      r = &snap->rows[snap->nrows++];
+    for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
+    add_counts(&snap->total, c, h);
+    if (snap->nrows + 1 < snap->cap) {
+      ThreadRow* r = &snap->rows[snap->nrows++];
       std::memset(r, 0, sizeof *r);
       r->tid = s->tid;
       r->alive = s->alive != 0;
       std::memcpy(r->name, s->name, sizeof r->name);
       if (r->alive) read_name(s->tid, r->name);  // the name it has now
-      (void)me;
+      add_counts(r, c, h);
     } else {
-      r = &snap->rows[snap->cap - 1];  // cannot happen with cap = registry_size()+slack
-      r->folded += 1;
-    }
-    for (unsigned i = 0; i < kCounters; ++i) {
-      std::uint64_t v = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
-      r->c[i] += v;
-      snap->total.c[i] += v;
-    }
-    for (unsigned i = 0; i < kHistBuckets; ++i) {
-      std::uint64_t v = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
-      r->hist[i] += v;
-      snap->total.hist[i] += v;
+      folded.folded += 1;
+      add_counts(&folded, c, h);
     }
   }
-  if ((retired_threads != 0 || overflow_slot.c[kMallocCalls] != 0) && snap->nrows < snap->cap) {
-    ThreadRow* r = &snap->rows[snap->nrows++];
-    std::memset(r, 0, sizeof *r);
-    r->folded = static_cast<std::uint32_t>(retired_threads ? retired_threads : 1);
-    std::memcpy(r->c, retired.c, sizeof r->c);
-    std::memcpy(r->hist, retired.hist, sizeof r->hist);
-    for (unsigned i = 0; i < kCounters; ++i) r->c[i] += overflow_slot.c[i];
-    for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += overflow_slot.hist[i];
-    for (unsigned i = 0; i < kCounters; ++i) snap->total.c[i] += r->c[i];
-    for (unsigned i = 0; i < kHistBuckets; ++i) snap->total.hist[i] += r->hist[i];
+  bool overflow_used = false;
+  for (unsigned i = 0; i < kCounters; ++i) overflow_used |= overflow_slot.c[i] != 0;
+  folded.folded += static_cast<std::uint32_t>(retired_threads);
+  add_counts(&folded, retired.c, retired.hist);
+  add_counts(&snap->total, retired.c, retired.hist);
+  if (overflow_used) {
+    for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&overflow_slot.c[i], __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&overflow_slot.hist[i], __ATOMIC_RELAXED);
+    add_counts(&folded, c, h);
+    add_counts(&snap->total, c, h);
+    if (folded.folded == 0) folded.folded = 1;
   }
+  if (folded.folded != 0 && snap->nrows < snap->cap) snap->rows[snap->nrows++] = folded;
   snap->large_live = large_live.load(std::memory_order_relaxed);
   snap->large_peak = large_peak.load(std::memory_order_relaxed);
   if (locked) pthread_mutex_unlock(&mu);

@@ -47,14 +47,30 @@ struct Slot {
 
 Slot* attach();  // slow path: this thread's first counted call
 
+// Counting can be compiled out (meson -Dcounters=false) only to measure what
+// it costs; the shipped library always counts.
+#ifdef LOWTIDE_NO_COUNTERS
+inline constexpr bool kEnabled = false;
+#else
+inline constexpr bool kEnabled = true;
+#endif
+
 inline Slot* slot() {
+  if constexpr (!kEnabled) return nullptr;
   Slot* s = t_local.stats;
   if (__builtin_expect(s != nullptr, 1)) return s;
   return attach();
 }
 
 inline void add(Slot* s, Counter k, std::uint64_t v) {
-  __atomic_store_n(&s->c[k], s->c[k] + v, __ATOMIC_RELAXED);
+  if constexpr (kEnabled) __atomic_store_n(&s->c[k], s->c[k] + v, __ATOMIC_RELAXED);
+}
+
+// Byte counts that need a usable-size lookup: skipped entirely when
+// counting is compiled out, so the comparison build does not pay for it.
+template <typename UsableFn>
+inline void add_usable(Slot* s, Counter k, UsableFn usable) {
+  if constexpr (kEnabled) add(s, k, usable());
 }
 
 inline unsigned bucket_of(std::size_t n) {
@@ -63,6 +79,7 @@ inline unsigned bucket_of(std::size_t n) {
 }
 
 inline void count_request(Slot* s, Counter call, std::size_t n) {
+  if constexpr (!kEnabled) return;
   add(s, call, 1);
   unsigned b = bucket_of(n);
   __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);

@@ -1,0 +1,427 @@
+"""Runs a program under lowtide with the exit-time report switched on and
+checks what lowtide wrote. One case per meson test:
+
+  check_report.py CASE --lib LIB [--counts EXE] [--procs EXE] [--workload PY]
+
+The programs run with a clean LOWTIDE_* environment (the variables of this
+process, including LOWTIDE_OWNER_PID, are dropped) so each case sets exactly
+what it tests. Every child run is bounded by a timeout."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT = 150
+MiB = 1 << 20
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def env_with(lib, **kv):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
+    env["LD_PRELOAD"] = lib
+    env.update(kv)
+    return env
+
+
+def run(argv, env, cwd=None):
+    p = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    if p.returncode != 0:
+        print("stdout:", out, "\nstderr:", err[-4000:], sep="\n")
+    return p.returncode, out, err
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+CALLS = ["malloc", "calloc", "realloc", "aligned", "free"]
+PATH_KEYS = ["requested", "out", "freed", "live"]
+LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes", "returned_bytes",
+              "cross_up", "cross_down", "fallback", "live", "peak_live"]
+
+
+def check_schema(r, pid=None):
+    """Every field docs/report.md describes, with its type; totals are the
+    sums of the rows; the histogram's counts add up to the allocating calls."""
+    check(list(r.keys()) == ["schema", "schema_version", "version", "pid", "command", "cutoff", "uptime_s",
+                             "partial", "process", "totals", "large", "threads", "histogram"],
+          f"top-level keys {list(r.keys())}")
+    check(r["schema"] == "lowtide-report" and r["schema_version"] == 1, "schema, schema_version")
+    check(re.fullmatch(r"\d+\.\d+\.\d+", r["version"]) is not None, f"version {r['version']!r}")
+    check(isinstance(r["pid"], int) and (pid is None or r["pid"] == pid), f"pid {r['pid']} != {pid}")
+    check(isinstance(r["command"], str) and r["command"] != "", "command")
+    check(r["cutoff"] == MiB, f"cutoff {r['cutoff']}")
+    check(isinstance(r["uptime_s"], (int, float)) and r["uptime_s"] >= 0, "uptime_s")
+    check(r["partial"] is False, "partial is false")
+    check(list(r["process"].keys()) == ["peak_rss", "rss", "live_small", "live_large", "returned_to_os"],
+          "process keys")
+    check(r["process"]["peak_rss"] >= r["process"]["rss"] > 0, "peak_rss >= rss > 0")
+    t = r["totals"]
+    check(list(t.keys()) == ["calls", "small", "large"] and list(t["calls"].keys()) == CALLS
+          and list(t["small"].keys()) == PATH_KEYS and list(t["large"].keys()) == PATH_KEYS, "totals keys")
+    check(list(r["large"].keys()) == LARGE_KEYS, "large keys")
+    rows = r["threads"]
+    check(len(rows) >= 1, "at least one thread row")
+    for row in rows:
+        check(list(row.keys()) == ["tid", "name", "alive", "folded", "calls", "small", "large"], f"row keys {row}")
+        check(isinstance(row["alive"], bool) and isinstance(row["name"], str), "row types")
+        for path in ("small", "large"):
+            check(row[path]["live"] == row[path]["out"] - row[path]["freed"], f"row {row['name']} {path} live")
+    # totals are exact: the sum of the rows
+    for k in CALLS:
+        check(t["calls"][k] == sum(row["calls"][k] for row in rows), f"totals.calls.{k} = sum of rows")
+    for path in ("small", "large"):
+        for k in PATH_KEYS:
+            check(t[path][k] == sum(row[path][k] for row in rows), f"totals.{path}.{k} = sum of rows")
+    check(r["process"]["live_small"] == t["small"]["live"], "process.live_small = totals.small.live")
+    check(r["process"]["live_large"] == t["large"]["live"], "process.live_large = totals.large.live")
+    check(r["process"]["returned_to_os"] == r["large"]["returned_bytes"], "returned_to_os = large.returned_bytes")
+    check(r["large"]["peak_live"] >= r["large"]["live"], "peak_live >= live")
+    # histogram: power-of-two classes, ascending, one entry per allocating call
+    prev = -1
+    for h in r["histogram"]:
+        ok = (h["min"] == 0 and h["max"] == 1) or (h["min"] > 0 and h["max"] == 2 * h["min"]
+                                                    and h["min"] & (h["min"] - 1) == 0)
+        check(ok and h["min"] > prev and h["count"] > 0, f"histogram class {h}")
+        prev = h["min"]
+    check(sum(h["count"] for h in r["histogram"]) == sum(t["calls"][k] for k in CALLS[:4]),
+          "histogram counts = malloc+calloc+realloc+aligned calls")
+
+
+def hist(r, lo):
+    return sum(h["count"] for h in r["histogram"] if h["min"] == lo)
+
+
+def only_file(tmp):
+    names = sorted(os.listdir(tmp))
+    check(len(names) == 1, f"exactly one file written, got {names}")
+    return os.path.join(tmp, names[0]) if names else None
+
+
+# --- cases ------------------------------------------------------------------
+
+
+def case_counts(a, tmp):
+    rc, out, err = run([a.counts, "counts"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                       LOWTIDE_STATS_FILE=os.path.join(tmp, "r.%p.json")))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    path = only_file(tmp)
+    r = load(path)
+    check_schema(r)
+    check(os.path.basename(path) == f"r.{r['pid']}.json", "%p expanded to the pid")
+    check(r["command"].endswith("report_counts counts"), f"command {r['command']!r}")
+    rows = {}
+    for row in r["threads"]:
+        rows.setdefault(row["name"], []).append(row)
+    total = {k: 0 for k in CALLS}
+    for name, d in did["threads"].items():
+        check(len(rows.get(name, [])) == 1, f"one row named {name}")
+        if len(rows.get(name, [])) != 1:
+            continue
+        row = rows[name][0]
+        check(row["alive"] is False and row["folded"] == 0 and row["tid"] != r["pid"], f"{name}: exited, own tid")
+        for k in CALLS:
+            check(row["calls"][k] == d[k], f"{name}: calls.{k} {row['calls'][k]} == {d[k]}")
+            total[k] += d[k]
+        check(row["small"]["requested"] == d["small_requested"], f"{name}: small.requested")
+        check(row["small"]["out"] == d["small_out"], f"{name}: small.out = sum of usable sizes")
+        check(row["small"]["freed"] == d["small_out"] and row["small"]["live"] == 0, f"{name}: small all freed")
+        check(row["large"]["requested"] == d["large_requested"], f"{name}: large.requested")
+        check(row["large"]["out"] == d["large_out"], f"{name}: large.out = sum of usable sizes")
+        check(row["large"]["freed"] == d["large_out"] and row["large"]["live"] == 0, f"{name}: large all freed")
+    check(len({row["tid"] for row in r["threads"]}) == len(r["threads"]), "distinct tids")
+    for k in CALLS:
+        check(r["totals"]["calls"][k] >= total[k], f"totals.calls.{k} >= the named threads'")
+    check(total["malloc"] == 11000 and total["calloc"] == 21 and total["realloc"] == 45 and total["aligned"] == 33
+          and total["free"] == 11054, f"the program did what it should: {total}")
+    L, usable, big = r["large"], did["large_usable"], did["large_block"]
+    check(L["maps"] >= 1000 and L["unmaps"] == L["maps"], f"large maps {L['maps']} >= 1000, all unmapped")
+    check(L["live"] == 0 and r["process"]["live_large"] == 0 and r["totals"]["large"]["live"] == 0,
+          "nothing large live at exit")
+    check(L["peak_live"] >= 3 * did["batch"] * usable, f"peak_live {L['peak_live']} >= 30 blocks live at once")
+    check(r["process"]["returned_to_os"] >= 1000 * big, "returned_to_os >= 1000 x 2 MiB")
+    check(r["totals"]["large"]["requested"] >= 1000 * big, "large requested >= 1000 x 2 MiB")
+    check(hist(r, big) >= 1000, f"histogram [2 MiB, 4 MiB) >= 1000: {hist(r, big)}")
+    check(hist(r, 64) >= 10000 + 3 * (7 + 3 + 2), f"histogram [64, 128) >= 10036: {hist(r, 64)}")
+    check(hist(r, 128) >= 15 and hist(r, 256) >= 15 and hist(r, 512) >= 18, "histogram: reallocs and aligned")
+    check(hist(r, 0) >= 15, "histogram [0, 1): realloc(p, 0)")
+
+
+def case_live5(a, tmp):
+    rc, out, err = run([a.counts, "live5"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                      LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    r = load(only_file(tmp))
+    check_schema(r)
+    want = did["live_usable"]
+    check(r["process"]["live_large"] == want, f"process.live_large {r['process']['live_large']} == {want}")
+    check(r["large"]["live"] == want, f"large.live {r['large']['live']} == {want}")
+    check(r["totals"]["large"]["live"] == want, "totals.large.live")
+    check(r["large"]["maps"] - r["large"]["unmaps"] == 5, "5 blocks mapped and not released")
+    main = [row for row in r["threads"] if row["tid"] == r["pid"]]
+    check(len(main) == 1 and main[0]["large"]["live"] == want and main[0]["alive"], "main thread row holds them")
+
+
+def case_names(a, tmp):
+    rc, out, err = run([a.counts, "names"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                      LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    r = load(only_file(tmp))
+    check_schema(r)
+    by = {row["name"]: row for row in r["threads"]}
+    check(len(by) == len(r["threads"]), f"distinct names {[row['name'] for row in r['threads']]}")
+    for name, alive in [("early-one", False), ("early-two", False), ("renamed-late", False),
+                        ("still-here", True), ("main-renamed", True)]:
+        row = by.get(name)
+        if check(row is not None, f"a row named {name}: {sorted(by)}"):
+            check(row["alive"] is alive, f"{name}: alive {alive}")
+            check(row["calls"]["malloc"] >= 51 and row["calls"]["free"] >= 51, f"{name}: its calls")
+    check(by.get("main-renamed", {}).get("tid") == did["main_tid"] == r["pid"], "main row tid")
+    check(not any(n.startswith("report_counts") for n in by), "no row left under the inherited name")
+
+
+def case_many(a, tmp):
+    rc, out, err = run([a.counts, "many"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                     LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    r = load(only_file(tmp))
+    check_schema(r)
+    rows = r["threads"]
+    named = [row for row in rows if row["folded"] == 0]
+    folded = [row for row in rows if row["folded"] != 0]
+    check(len(named) == 256, f"256 thread rows, got {len(named)}")
+    check(len(folded) == 1 and folded[-1] is rows[-1], "one folded row, last")
+    if folded:
+        f = folded[0]
+        check(f["name"] == f"{f['folded']} other threads" and f["tid"] == 0 and f["alive"] is False,
+              f"folded row {f['name']!r}")
+        check(len(named) + f["folded"] == 301, f"301 threads in all: {len(named)} + {f['folded']}")
+    weights = [row["small"]["out"] + row["large"]["out"] for row in named]
+    check(weights == sorted(weights, reverse=True), "rows sorted by bytes handed out")
+
+
+def case_recycle(a, tmp):
+    rc, out, err = run([a.counts, "recycle"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                        LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    r = load(only_file(tmp))
+    check_schema(r)
+    named = [row for row in r["threads"] if row["folded"] == 0]
+    folded = [row for row in r["threads"] if row["folded"] != 0]
+    check(len(named) == 256 and len(folded) == 1, f"{len(named)} rows + {len(folded)} folded")
+    if folded:
+        check(len(named) + folded[0]["folded"] == 321, "321 threads accounted for")
+    check(r["totals"]["calls"]["free"] >= 320, "recycled threads' frees still in the totals")
+
+
+def family(a, tmp, pattern):
+    target = os.path.join(tmp, pattern)
+    no_file = "-" if "%p" in pattern else target
+    rc, out, err = run([a.procs, "family", no_file], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target))
+    check(rc == 0, f"exit status {rc}")
+    return json.loads(out)
+
+
+def case_family_pid(a, tmp):
+    pids = family(a, tmp, "r.%p.json")
+    names = sorted(os.listdir(tmp))
+    want = sorted(f"r.{pids[k]}.json" for k in ("parent", "fork_exit", "fork__exit", "exec_self", "exec_python"))
+    check(names == want, f"one file per process (not the vfork child {pids['vfork']}): {names} vs {want}")
+    seen = set()
+    for k in ("parent", "fork_exit", "fork__exit", "exec_self", "exec_python"):
+        path = os.path.join(tmp, f"r.{pids[k]}.json")
+        if not check(os.path.exists(path), f"{k}'s report"):
+            continue
+        r = load(path)
+        check_schema(r, pid=pids[k])
+        seen.add(r["pid"])
+        check(r["large"]["maps"] >= 1, f"{k}: its large block")
+        check(any(row["tid"] == pids[k] and row["alive"] for row in r["threads"]), f"{k}: main thread row")
+    check(len(seen) == 5, "five distinct pids")
+    check(load(os.path.join(tmp, f"r.{pids['exec_self']}.json"))["command"].endswith(" alloc"), "exec'd self")
+    check(load(os.path.join(tmp, f"r.{pids['exec_python']}.json"))["command"].startswith("/usr/bin/python3 -c"),
+          "exec'd python")
+
+
+def case_family_nopid(a, tmp):
+    pids = family(a, tmp, "r.json")
+    check(sorted(os.listdir(tmp)) == ["r.json"], f"only r.json: {os.listdir(tmp)}")
+    r = load(os.path.join(tmp, "r.json"))
+    check_schema(r, pid=pids["parent"])
+
+
+def hello(a, tmp, **kv):
+    return run([a.procs, "hello"], env_with(a.lib, **kv))
+
+
+OWN_OUT = "hello from report_procs\n"
+OWN_ERR = "report_procs: own stderr line\n"
+
+
+def case_bogus(a, tmp):
+    rc, out, err = hello(a, tmp, LOWTIDE_STATS="bogus", LOWTIDE_STATS_FILE=os.path.join(tmp, "r.%p.json"))
+    check(rc == 0, f"exit status {rc}")
+    check(out == OWN_OUT, f"stdout intact: {out!r}")
+    lines = err.splitlines(keepends=True)
+    warn = [ln for ln in lines if "lowtide" in ln]
+    check(len(warn) == 1, f"exactly one warning line: {lines}")
+    check(sorted(lines) == sorted(warn + [OWN_ERR]), f"stderr: the warning and the program's line: {lines}")
+    if warn:
+        w = warn[0]
+        check(w.startswith("lowtide: warning: LOWTIDE_STATS='bogus'") and "default off" in w, f"warning: {w!r}")
+    check(os.listdir(tmp) == [], f"no report written: {os.listdir(tmp)}")
+
+
+def case_off(a, tmp):
+    for kv in ({}, {"LOWTIDE_STATS": "0"}, {"LOWTIDE_STATS": "off"}):
+        for with_file in (False, True):
+            env = dict(kv)
+            if with_file:
+                env["LOWTIDE_STATS_FILE"] = os.path.join(tmp, "r.%p.json")
+            rc, out, err = hello(a, tmp, **env)
+            check(rc == 0 and out == OWN_OUT, f"{env}: exit status and stdout")
+            check(err == OWN_ERR, f"{env}: nothing on stderr but the program's own line: {err[:300]!r}")
+            check(os.listdir(tmp) == [], f"{env}: no file created: {os.listdir(tmp)}")
+
+
+def case_unwritable(a, tmp):
+    rc, out, err = hello(a, tmp, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE="/nonexistent-dir/r.%p.json")
+    check(rc == 0 and out == OWN_OUT, f"exit status {rc}, stdout")
+    lines = err.splitlines(keepends=True)
+    warn = [ln for ln in lines if ln.startswith("lowtide: warning:")]
+    check(len(warn) == 1 and OWN_ERR in lines, f"one warning, the program's line: {lines[:3]}")
+    rest = "".join(ln for ln in lines if ln not in warn and ln != OWN_ERR)
+    try:
+        r = json.loads(rest)
+    except ValueError as e:
+        check(False, f"the JSON report on stderr: {e}: {rest[:300]!r}")
+        return
+    check_schema(r)
+    if warn:
+        check(re.fullmatch(r"lowtide: warning: cannot write the report to '/nonexistent-dir/r\.(\d+)\.json' "
+                           r"\(No such file or directory\); writing it to stderr instead\n", warn[0]) is not None
+              and f"r.{r['pid']}.json" in warn[0], f"warning names the expanded path: {warn[0]!r}")
+    # text goes the same way
+    rc, out, err = hello(a, tmp, LOWTIDE_STATS="text", LOWTIDE_STATS_FILE="/nonexistent-dir/r.txt")
+    check(rc == 0 and "cannot write the report to '/nonexistent-dir/r.txt'" in err and "==== lowtide" in err,
+          "text report on stderr after the warning")
+
+
+def case_thread_exit(a, tmp):
+    rc, out, err = run([a.procs, "thread-exit"], env_with(a.lib, LOWTIDE_STATS="json",
+                                                           LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    r = load(only_file(tmp))
+    check_schema(r, pid=did["pid"])  # includes partial == false
+    ex = [row for row in r["threads"] if row["name"] == "exiter"]
+    check(len(ex) == 1 and ex[0]["tid"] == did["exiter_tid"] and ex[0]["alive"] is True,
+          "the exiting thread's row (still alive while it runs exit())")
+    check(r["large"]["maps"] >= 2, "both large blocks counted")
+
+
+# --- the text report -------------------------------------------------------
+
+SECTIONS = ["-- process --", "-- totals --", "-- large path --", "-- threads (by bytes handed out) --",
+            "-- request sizes --"]
+
+
+def parse_text(text):
+    """The numbers the text report prints as plain integers."""
+    lines = text.splitlines()
+    check(re.fullmatch(r"==== lowtide \d+\.\d+\.\d+ report: pid \d+ ====", lines[0]) is not None,
+          f"header {lines[0]!r}")
+    idx = [lines.index(s) if s in lines else -1 for s in SECTIONS]
+    check(all(i > 0 for i in idx) and idx == sorted(idx), f"sections in order: {idx}")
+    v = {"pid": int(lines[0].split()[5])}
+    i = lines.index("-- totals --")
+    check(lines[i + 1].split() == ["calls"] + CALLS, f"calls header {lines[i + 1]!r}")
+    v["calls"] = dict(zip(CALLS, map(int, lines[i + 2].split())))
+    for ln in lines:
+        m = re.fullmatch(r"(blocks mapped|blocks released|resized in place|moved by mremap|moved by copying"
+                         r"|realloc small -> large|realloc large -> small)\s+(\d+)(\s+\(.*\))?", ln)
+        if m:
+            v[m.group(1)] = int(m.group(2))
+    t = lines.index(SECTIONS[3])
+    h = lines.index(SECTIONS[4])
+    v["thread_rows"] = h - t - 3  # header line, rows, blank line
+    v["hist_rows"] = len([ln for ln in lines[h + 1:] if ln.strip()])
+    return v
+
+
+def case_python_text(a, tmp):
+    rc, out, err = run([sys.executable, a.workload], env_with(a.lib, LOWTIDE_STATS="text"))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    check(err.startswith("==== lowtide ") and err.endswith("#\n"), f"stderr is the text report: {err[:200]!r}")
+    v = parse_text(err)
+    check(v["blocks mapped"] >= did["large_buffers"], f"mapped {v['blocks mapped']} >= {did['large_buffers']}")
+    check(v["thread_rows"] >= did["threads"] + 1, "a row per thread")
+
+
+def case_python_both(a, tmp):
+    path = os.path.join(tmp, "r.%p.txt")
+    rc, out, err = run([sys.executable, a.workload], env_with(a.lib, LOWTIDE_STATS="both", LOWTIDE_STATS_FILE=path))
+    check(rc == 0, f"exit status {rc}")
+    check(err == "", f"nothing on stderr: {err[:200]!r}")
+    did = json.loads(out)
+    with open(only_file(tmp)) as f:
+        body = f.read()
+    at = body.find('{"schema"')
+    check(at > 0, "text, then JSON")
+    text, r = body[:at], json.loads(body[at:])
+    check_schema(r)
+    v = parse_text(text)
+    check(v["pid"] == r["pid"], "same pid")
+    check(v["calls"] == r["totals"]["calls"], f"calls: text {v['calls']} == json {r['totals']['calls']}")
+    for label, key in [("blocks mapped", "maps"), ("blocks released", "unmaps"), ("resized in place", "in_place"),
+                       ("moved by mremap", "remaps"), ("moved by copying", "copies"),
+                       ("realloc small -> large", "cross_up"), ("realloc large -> small", "cross_down")]:
+        check(v.get(label) == r["large"][key], f"{label}: text {v.get(label)} == json {r['large'][key]}")
+    check(v["thread_rows"] == len(r["threads"]), f"thread rows: text {v['thread_rows']} json {len(r['threads'])}")
+    check(v["hist_rows"] == len(r["histogram"]), "histogram rows")
+    n = did["large_buffers"]
+    check(r["large"]["maps"] >= n and r["large"]["unmaps"] >= n, f"mapped/released >= {n} buffers")
+    check(r["totals"]["large"]["requested"] >= n * did["large_size"], "large requested >= what was built")
+    check(hist(r, did["large_size"]) >= n, "histogram [2 MiB, 4 MiB) >= buffers built")
+    check(sum(1 for row in r["threads"] if row["large"]["requested"] >= 25 * did["large_size"]) >= did["threads"],
+          "each worker thread's row has its 25 buffers")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--counts")
+    ap.add_argument("--procs")
+    ap.add_argument("--workload")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lowtide-stats-") as tmp:
+        CASES[a.case](a, tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
