@@ -224,8 +224,9 @@ def main(argv=None):
     ap.add_argument("--require-lowtide", action="store_true",
                     help="exit 2 unless liblowtide is loaded")
     ap.add_argument("--table", action="store_true", help="also print a table on stderr")
-    ap.add_argument("--report", action="store_true",
-                    help="after measuring, call lowtide_write_report(2) if lowtide exports it")
+    ap.add_argument("--report", metavar="PATH",
+                    help="after measuring, write lowtide's text report to PATH "
+                         "(lowtide_write_report) if lowtide is loaded")
     a = ap.parse_args(argv)
     if a.require_lowtide and not lowtide_loaded():
         print("seed.py: liblowtide is not loaded (LD_PRELOAD=%s)"
@@ -240,8 +241,9 @@ def main(argv=None):
     if a.report and r["lowtide"]:
         fn = getattr(ctypes.CDLL(None), "lowtide_write_report", None)
         if fn is not None:
-            fn.argtypes = [ctypes.c_int]
-            fn(2)
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            if fn(a.report.encode(), 1) != 0:
+                print("seed.py: lowtide_write_report failed", file=sys.stderr)
     if a.table:
         print(format_table([("lowtide" if r["lowtide"] else "this", r)]), file=sys.stderr)
     return 0

@@ -1,0 +1,65 @@
+"""Shared helpers for the lowtide benchmark workloads.
+
+Every workload prints exactly one JSON line on stdout with at least:
+wall_s, peak_rss, rss_after_free, rss_after_decay, rss_before (bytes).
+rss_after_decay is sampled DECAY_S seconds after rss_after_free.
+"""
+import ctypes
+import gc
+import json
+import os
+import sys
+import time
+
+MiB = 1024 * 1024
+DECAY_S = 1.0
+
+
+def read_status():
+    """(VmRSS, VmHWM) of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out["VmRSS"], out["VmHWM"]
+
+
+def scale(default=1.0):
+    """Size multiplier: --scale X on the command line, else BENCH_SCALE."""
+    argv = sys.argv[1:]
+    if "--scale" in argv:
+        return float(argv[argv.index("--scale") + 1])
+    return float(os.environ.get("BENCH_SCALE", default))
+
+
+def allocator():
+    pre = os.environ.get("LD_PRELOAD", "")
+    try:
+        ctypes.CDLL(None).lowtide_version
+        return "lowtide"
+    except AttributeError:
+        pass
+    return os.path.basename(pre) if pre else "glibc"
+
+
+def finish(result, rss_before, wall_s, rss_after_free=None):
+    """Fill in the common fields (sampling decay RSS) and print the line."""
+    gc.collect()
+    rss_now, peak = read_status()
+    if rss_after_free is None:
+        rss_after_free = rss_now
+    time.sleep(DECAY_S)
+    gc.collect()
+    rss_decay, peak = read_status()
+    result.update({
+        "allocator": allocator(),
+        "wall_s": round(wall_s, 4),
+        "rss_before": rss_before,
+        "peak_rss": peak,
+        "rss_after_free": rss_after_free,
+        "rss_after_decay": rss_decay,
+    })
+    print(json.dumps(result))
+    sys.stdout.flush()
