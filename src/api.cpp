@@ -8,6 +8,7 @@
 
 #include "forward.hpp"
 #include "init.hpp"
+#include "large_cache.hpp"
 #include "large_path.hpp"
 #include "log.hpp"
 #include "parse.hpp"
@@ -161,7 +162,27 @@ void* realloc(void* p, std::size_t n) {
   stats::count_request(st, stats::kReallocCalls, n);
 
   if (g.arena.contains(p)) {
-    if (n >= g.shrink_below) return large::resize(p, n);
+    if (n >= g.shrink_below) {
+      void* q = large::resize(p, n);
+      if (LT_LIKELY(q != nullptr)) return q;
+      // No room left in the reserved range: move the block to mimalloc
+      // rather than fail (the same fallback new large blocks get).
+      std::size_t old = large::usable(p, "realloc()");
+      std::size_t req = large::requested(p);
+      if (req < old) old = req;
+      q = small::allocate(n);
+      if (q == nullptr) {
+        errno = ENOMEM;
+        return nullptr;
+      }
+      std::memcpy(q, p, old < n ? old : n);
+      large::release(p, "realloc()");
+      warn_full_once();
+      stats::add(st, stats::kLargeFallback, 1);
+      stats::add(st, stats::kSmallRequested, n);
+      stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
+      return q;
+    }
     // Well below the cutoff: back to the small path, one copy.
     std::size_t old = large::usable(p, "realloc()");
     std::size_t req = large::requested(p);
@@ -304,9 +325,10 @@ int trim(std::size_t pad) {
   // Large blocks are already given back at free. What can still be given
   // back is mimalloc's: pages freed but kept for reuse, on this thread.
   std::size_t before = pal::rss_bytes();
+  std::size_t cached = cache::purge(true);
   mi_collect(true);
   std::size_t after = pal::rss_bytes();
-  return after < before ? 1 : 0;
+  return (cached != 0 || after < before) ? 1 : 0;
 }
 
 struct mallinfo2 info() {
@@ -377,6 +399,9 @@ int get_stats(struct ::lowtide_stats* out) {
   s.large_live = snap.large_live;
   s.large_peak_live = snap.large_peak;
   s.threads = snap.threads_seen;
+  s.large_reused = c[stats::kLargeReused];
+  s.large_cached_frees = c[stats::kLargeCachedFrees];
+  s.large_cached_bytes = cache::cached_bytes();
   std::size_t n = out->size < sizeof s ? out->size : sizeof s;
   std::size_t keep = out->size;
   std::memcpy(out, &s, n);
@@ -386,6 +411,7 @@ int get_stats(struct ::lowtide_stats* out) {
 
 std::size_t release_now() {
   std::size_t before = pal::rss_bytes();
+  cache::purge(true);
   mi_collect(true);
   std::size_t after = pal::rss_bytes();
   return after < before ? before - after : 0;

@@ -10,6 +10,7 @@
 #include "log.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
+#include "large_cache.hpp"
 #include "report.hpp"
 #include "small_path.hpp"
 #include "stats.hpp"
@@ -34,17 +35,20 @@ void warn_option(const char* env, const char* value, const char* reason, const c
 
 // fork: the child must find the arena lock free and its own pid. mimalloc
 // 2.0.9 has no fork handling of its own (see docs/design.md).
-// Locks in one fixed order: the thread registry, then the arena.
+// Locks in one fixed order: the thread registry, the cache, the arena.
 void before_fork() {
   stats::fork_prepare();
+  cache::fork_prepare();
   g.arena.lock();
 }
 void after_fork_parent() {
   g.arena.unlock();
+  cache::fork_parent();
   stats::fork_parent();
 }
 void after_fork_child() {
   g.arena.reset_after_fork();
+  cache::fork_child();
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
   stats::fork_child();
@@ -60,6 +64,8 @@ void init_once() {
   g.shrink_below = g.cutoff / 2;
   small::configure();
   stats::init();
+  cache::init();
+  g.hugepages = g.config.get(Opt::hugepages) == 0;  // "on" is the first word
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
   // although it commits nothing: take at most an eighth of the limit so the

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "large_cache.hpp"
 #include "log.hpp"
 #include "platform.hpp"
 #include "size_math.hpp"
@@ -29,6 +30,13 @@ void give_back(char* p, std::size_t len) {
   if (!pal::decommit_fixed(p, len)) pal::discard(p, len);
 }
 
+constexpr std::size_t kHuge = std::size_t{2} << 20;
+constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
+
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask for huge pages:
+// a huge-page fault costs far less per byte than 512 small ones.
+bool wants_huge(std::size_t bytes) { return g.hugepages && bytes >= kHuge; }
+
 [[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
 
 }  // namespace
@@ -45,22 +53,47 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   // Alignments above a granule: the user pointer sits one granule in, and
   // the extent starts one granule before an aligned address.
   auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
-  std::uint32_t s = a.alloc(need, align_g, align > G ? 1 : 0);
-  if (s == Arena::kNone) return Result::no_room;
-  char* base = a.addr(s);
-  if (!pal::commit_fixed(base, bytes)) {
-    a.release(s, need);
-    return Result::no_memory;
+  std::uint32_t skew = align > G ? 1 : 0;
+  if (skew == 0 && wants_huge(bytes) && align_g < kHugeGranules) align_g = kHugeGranules;
+  cache::purge(false);
+  stats::Slot* st = stats::slot();
+
+  // A cached block of about this size: its pages are already there.
+  std::uint32_t got = 0;
+  std::uint32_t s = cache::take(need, align_g, skew, &got);
+  char* base;
+  if (s != Arena::kNone) {
+    base = a.addr(s);
+    if (got > need) {
+      std::size_t tail = std::size_t{got - need} << Arena::kGranuleShift;
+      give_back(a.addr(s + need), tail);
+      a.shrink(s, got, need);
+      g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
+      stats::add(st, stats::kLargeReturnedBytes, tail);
+    }
+    // Reused pages hold old data: calloc's must read as zero.
+    if (origin == Origin::calloc) std::memset(base + off, 0, size);
+    stats::add(st, stats::kLargeReused, 1);
+  } else {
+    s = a.alloc(need, align_g, skew);
+    // The range may only be full of cached blocks: give those back, retry.
+    if (s == Arena::kNone && cache::purge(true) != 0) s = a.alloc(need, align_g, skew);
+    if (s == Arena::kNone) return Result::no_room;
+    base = a.addr(s);
+    if (!pal::commit_fixed(base, bytes)) {
+      a.release(s, need);
+      return Result::no_memory;
+    }
+    if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
+    g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
   }
+  stats::add(st, stats::kLargeMaps, 1);
   void* user = base + off;
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
                 origin, flags, current_tid());
   a.publish(user, s);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
-  g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
   std::size_t usable = bytes - off;
-  stats::Slot* st = stats::slot();
-  stats::add(st, stats::kLargeMaps, 1);
   stats::add(st, stats::kLargeRequested, size);
   stats::add(st, stats::kLargeOut, usable);
   stats::large_live_add(usable);
@@ -75,15 +108,20 @@ void release(void* p, const char* what) {
   std::uint32_t n = a.used_length(s);
   std::size_t bytes = std::size_t{n} << Arena::kGranuleShift;
   std::size_t usable = bytes - static_cast<std::size_t>(static_cast<char*>(p) - a.addr(s));
-  give_back(a.addr(s), bytes);
-  a.release(s, n);
   g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
-  g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
   stats::add(st, stats::kLargeUnmaps, 1);
   stats::add(st, stats::kLargeFreed, usable);
-  stats::add(st, stats::kLargeReturnedBytes, bytes);
   stats::large_live_sub(usable);
+  if (cache::put(s, n)) {
+    stats::add(st, stats::kLargeCachedFrees, 1);
+  } else {
+    give_back(a.addr(s), bytes);
+    a.release(s, n);
+    g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
+    stats::add(st, stats::kLargeReturnedBytes, bytes);
+  }
+  cache::purge(false);
 }
 
 std::size_t usable(const void* p, const char* what) {
@@ -143,6 +181,7 @@ void* resize(void* p, std::size_t size) {
   // Grow in place by carving the adjacent free extent: no copy, no move.
   if (a.grow(s, n, need)) {
     if (pal::commit_fixed(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift)) {
+      if (wants_huge(bytes)) pal::advise_hugepage(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift);
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
       h->requested = size;
@@ -156,7 +195,8 @@ void* resize(void* p, std::size_t size) {
 
   // Move: a new extent, the user pointer at the same offset in it (realloc
   // need not keep an alignment above 16, and pages move whole).
-  std::uint32_t ns = a.alloc(need, 1, 0);
+  std::uint32_t ns = a.alloc(need, wants_huge(bytes) ? kHugeGranules : 1, 0);
+  if (ns == Arena::kNone && cache::purge(true) != 0) ns = a.alloc(need, wants_huge(bytes) ? kHugeGranules : 1, 0);
   if (ns == Arena::kNone) {
     errno = ENOMEM;
     return nullptr;
@@ -169,6 +209,7 @@ void* resize(void* p, std::size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   bool moved = pal::move_pages(base, old_bytes, nbase);
   if (!moved) {
     // mremap refused (an old kernel, or the block spans several VMAs since

@@ -6,6 +6,7 @@ namespace lowtide {
 
 namespace {
 const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both"};
+const char* const kOnOff[] = {"on", "off"};
 }
 
 StatsMode stats_mode(std::uint64_t i) {
@@ -31,6 +32,18 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0,
      "Where the report goes; %p becomes the pid, %% a percent sign. Written "
      "atomically (temporary file, then rename)."},
+    {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0,
+     "Freed large blocks kept committed for reuse, at most this many bytes; 0 "
+     "returns every large block to the OS at free."},
+    {"LOWTIDE_DECAY_MS", OptKind::size, "1000", 1, 3'600'000, nullptr, 0,
+     "A cached block not reused for this many milliseconds is returned to the OS."},
+    {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2,
+     "on: a helper thread (started at the first cached free, signals blocked) "
+     "returns decayed blocks while the process is quiet; off: only later "
+     "allocator calls do."},
+    {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2,
+     "on: large blocks of 2 MiB and more are 2 MiB-aligned and "
+     "madvise(MADV_HUGEPAGE)d, so they fault in huge pages where the kernel allows."},
 };
 
 namespace {

@@ -7,7 +7,7 @@
 
 namespace lowtide {
 
-enum class Opt : unsigned { cutoff, reserve, stats, stats_file, count };
+enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, count };
 
 enum class OptKind { size, choice, text };
 

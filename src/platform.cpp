@@ -57,6 +57,8 @@ bool discard(void* p, std::size_t len) { return ::madvise(p, len, MADV_DONTNEED)
 
 void unmap(void* p, std::size_t len) { ::munmap(p, len); }
 
+void advise_hugepage(void* p, std::size_t len) { ::madvise(p, len, MADV_HUGEPAGE); }
+
 void write_stderr(const char* s, std::size_t n) {
   while (n > 0) {
     ssize_t w = ::write(2, s, n);

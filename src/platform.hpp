@@ -23,6 +23,8 @@ bool decommit_fixed(void* p, std::size_t len);
 bool move_pages(void* src, std::size_t len, void* dst);
 // Drop the pages but keep the mapping (fallback when the VMA limit is hit).
 bool discard(void* p, std::size_t len);
+// Ask for transparent huge pages on [p, p+len) (best effort).
+void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
 
 // Unbuffered write to fd 2, looping over partial writes.

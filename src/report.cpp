@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "large_cache.hpp"
 #include "log.hpp"
 #include "options.hpp"
 #include "parse.hpp"
@@ -175,7 +176,7 @@ std::string format_text(const Data& d) {
                  human(static_cast<double>(live(c, stats::kLargeOut, stats::kLargeFreed))));
 
   fmt::format_to(out, "\n-- large path --\n");
-  fmt::format_to(out, "{:<34}{:>12}\n", "blocks mapped", c[stats::kLargeMaps]);
+  fmt::format_to(out, "{:<34}{:>12}\n", "blocks allocated", c[stats::kLargeMaps]);
   fmt::format_to(out, "{:<34}{:>12}\n", "blocks released", c[stats::kLargeUnmaps]);
   fmt::format_to(out, "{:<34}{:>12}\n", "resized in place", c[stats::kLargeInPlace]);
   fmt::format_to(out, "{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::kLargeRemaps],
@@ -185,6 +186,9 @@ std::string format_text(const Data& d) {
   fmt::format_to(out, "{:<34}{:>12}\n", "realloc small -> large", c[stats::kCrossUp]);
   fmt::format_to(out, "{:<34}{:>12}\n", "realloc large -> small", c[stats::kCrossDown]);
   fmt::format_to(out, "{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::kLargeFallback]);
+  fmt::format_to(out, "{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::kLargeCachedFrees]);
+  fmt::format_to(out, "{:<34}{:>12}\n", "allocations served from it", c[stats::kLargeReused]);
+  fmt::format_to(out, "{:<34}{:>12}\n", "held in it now", human(static_cast<double>(cache::cached_bytes())));
   fmt::format_to(out, "{:<34}{:>12}\n", "peak live (process)", human(static_cast<double>(d.snap.large_peak)));
 
   fmt::format_to(out, "\n-- threads (by bytes handed out) --\n");
@@ -248,11 +252,13 @@ std::string format_json(const Data& d) {
   fmt::format_to(out,
                  " \"large\": {{\"maps\": {}, \"unmaps\": {}, \"in_place\": {}, \"remaps\": {}, \"remap_bytes\": {}, "
                  "\"copies\": {}, \"copy_bytes\": {}, \"returned_bytes\": {}, \"cross_up\": {}, \"cross_down\": {}, "
-                 "\"fallback\": {}, \"live\": {}, \"peak_live\": {}}},\n",
+                 "\"fallback\": {}, \"reused\": {}, \"cached_frees\": {}, \"cached_bytes\": {}, "
+                 "\"live\": {}, \"peak_live\": {}}},\n",
                  c[stats::kLargeMaps], c[stats::kLargeUnmaps], c[stats::kLargeInPlace], c[stats::kLargeRemaps],
                  c[stats::kLargeRemapBytes], c[stats::kLargeCopies], c[stats::kLargeCopyBytes],
                  c[stats::kLargeReturnedBytes], c[stats::kCrossUp], c[stats::kCrossDown], c[stats::kLargeFallback],
-                 d.snap.large_live, d.snap.large_peak);
+                 c[stats::kLargeReused], c[stats::kLargeCachedFrees], cache::cached_bytes(), d.snap.large_live,
+                 d.snap.large_peak);
   fmt::format_to(out, " \"threads\": [");
   bool first = true;
   for (const ThreadRow& r : d.rows) {

@@ -25,6 +25,7 @@ struct Globals {
   std::size_t shrink_below = std::size_t{1} << 19;
   int pid = 0;
   bool large_disabled = false;  // no reservation could be made
+  bool hugepages = true;
   std::atomic<bool> warned_full{false};
   std::atomic<bool> probe_hit{false};  // see forward::detect()
   Config config{};

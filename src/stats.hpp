@@ -18,7 +18,7 @@ enum Counter : unsigned {
   kSmallRequested, kSmallOut, kSmallFreed,
   kLargeRequested, kLargeOut, kLargeFreed,
   // large-path events
-  kLargeMaps,           // blocks mapped
+  kLargeMaps,           // blocks handed out (freshly mapped or reused)
   kLargeUnmaps,         // blocks released
   kLargeInPlace,        // resizes done in place (grow by carving, shrink)
   kLargeRemaps,         // resizes that moved pages with mremap, no copy
@@ -29,6 +29,8 @@ enum Counter : unsigned {
   kCrossUp,             // realloc moved a block small -> large
   kCrossDown,           // realloc moved a block large -> small
   kLargeFallback,       // large requests served by mimalloc (range full)
+  kLargeReused,         // large blocks served from the reuse cache
+  kLargeCachedFrees,    // large frees kept in the reuse cache
   kCounters
 };
 

@@ -28,6 +28,7 @@ struct lowtide_stats {
   uint64_t cross_up, cross_down, large_fallback;
   uint64_t large_live, large_peak_live;
   uint64_t threads;
+  uint64_t large_reused, large_cached_frees, large_cached_bytes;
 };
 
 /* 0 on success; -1 with errno EINVAL if stats is NULL or size is too small. */

@@ -1,0 +1,187 @@
+#include "large_cache.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <pthread.h>
+
+#include "arena.hpp"
+#include "platform.hpp"
+#include "state.hpp"
+#include "stats.hpp"
+
+namespace lowtide::cache {
+
+namespace {
+
+constexpr int kSlots = 128;
+constexpr std::size_t G = Arena::kGranule;
+
+struct Entry {
+  std::uint32_t start, n;
+  std::uint64_t freed_ns;
+};
+
+pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+Entry entries[kSlots];
+int count = 0;
+std::size_t bytes_held = 0;  // under mu
+std::atomic<std::size_t> held_view{0};
+std::size_t cap = 0;
+std::uint64_t decay_ns = 0;
+bool use_thread = false;
+std::atomic<bool> thread_started{false};
+std::atomic<std::uint64_t> oldest_ns{UINT64_MAX};
+
+std::uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void recompute_oldest() {  // under mu
+  std::uint64_t o = UINT64_MAX;
+  for (int i = 0; i < count; ++i) o = entries[i].freed_ns < o ? entries[i].freed_ns : o;
+  oldest_ns.store(o, std::memory_order_relaxed);
+  held_view.store(bytes_held, std::memory_order_relaxed);
+}
+
+void remove_at(int i) {  // under mu
+  bytes_held -= std::size_t{entries[i].n} << Arena::kGranuleShift;
+  entries[i] = entries[--count];
+}
+
+// Give extents back to the OS: outside the lock, since dropping many pages
+// takes a while.
+std::size_t give_back(const Entry* out, int n) {
+  std::size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    std::size_t len = std::size_t{out[i].n} << Arena::kGranuleShift;
+    char* p = g.arena.addr(out[i].start);
+    if (!pal::decommit_fixed(p, len)) pal::discard(p, len);
+    g.arena.release(out[i].start, out[i].n);
+    g.large_mapped.fetch_sub(len, std::memory_order_relaxed);
+    total += len;
+  }
+  if (total != 0) stats::add(stats::slot(), stats::kLargeReturnedBytes, total);
+  return total;
+}
+
+void* decay_main(void*) {
+  pthread_setname_np(pthread_self(), "lowtide-decay");
+  for (;;) {
+    std::uint64_t period = decay_ns / 2 > 1'000'000 ? decay_ns / 2 : 1'000'000;
+    timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
+    nanosleep(&ts, nullptr);
+    if (held_view.load(std::memory_order_relaxed) != 0) purge(false);
+  }
+  return nullptr;
+}
+
+// The helper thread that returns cached blocks once the process goes quiet.
+// Started on first use only (a process that never caches has no extra
+// thread), with every signal blocked so it never takes the host's signals.
+void start_thread() {
+  if (!use_thread || thread_started.exchange(true)) return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t t;
+  if (pthread_create(&t, &attr, &decay_main, nullptr) != 0) thread_started.store(false);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+void init() {
+  cap = g.config.get(Opt::cache);
+  decay_ns = g.config.get(Opt::decay_ms) * 1'000'000u;
+  use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
+}
+
+bool put(std::uint32_t start, std::uint32_t n) {
+  std::size_t len = std::size_t{n} << Arena::kGranuleShift;
+  if (len > cap) return false;
+  Entry evicted[kSlots];
+  int nev = 0;
+  std::uint64_t now = now_ns();
+  pthread_mutex_lock(&mu);
+  // Make room: oldest first, until the new block fits under the cap.
+  while (count > 0 && (bytes_held + len > cap || count == kSlots)) {
+    int o = 0;
+    for (int i = 1; i < count; ++i)
+      if (entries[i].freed_ns < entries[o].freed_ns) o = i;
+    evicted[nev++] = entries[o];
+    remove_at(o);
+  }
+  entries[count++] = Entry{start, n, now};
+  bytes_held += len;
+  recompute_oldest();
+  pthread_mutex_unlock(&mu);
+  give_back(evicted, nev);
+  start_thread();
+  return true;
+}
+
+std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* got) {
+  if (held_view.load(std::memory_order_relaxed) == 0) return Arena::kNone;
+  // Take only a close fit: splitting a much larger warm block would throw
+  // most of its pages away.
+  std::uint64_t limit = std::uint64_t{need} + need / 2 + 2;
+  pthread_mutex_lock(&mu);
+  int best = -1;
+  for (int i = 0; i < count; ++i) {
+    const Entry& e = entries[i];
+    if (e.n < need || e.n > limit) continue;
+    std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(g.arena.addr(e.start + skew_g));
+    if (align_g > 1 && addr % (std::uintptr_t{align_g} * G) != 0) continue;
+    if (best < 0 || e.n < entries[best].n || (e.n == entries[best].n && e.freed_ns > entries[best].freed_ns))
+      best = i;
+  }
+  std::uint32_t s = Arena::kNone;
+  if (best >= 0) {
+    s = entries[best].start;
+    *got = entries[best].n;
+    remove_at(best);
+    recompute_oldest();
+  }
+  pthread_mutex_unlock(&mu);
+  return s;
+}
+
+std::size_t purge(bool all) {
+  if (held_view.load(std::memory_order_relaxed) == 0) return 0;
+  std::uint64_t now = now_ns();
+  if (!all && now - oldest_ns.load(std::memory_order_relaxed) < decay_ns) return 0;
+  Entry out[kSlots];
+  int n = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < count;) {
+    if (all || now - entries[i].freed_ns >= decay_ns) {
+      out[n++] = entries[i];
+      remove_at(i);
+    } else {
+      ++i;
+    }
+  }
+  recompute_oldest();
+  pthread_mutex_unlock(&mu);
+  return give_back(out, n);
+}
+
+std::size_t cached_bytes() { return held_view.load(std::memory_order_relaxed); }
+
+void fork_prepare() { pthread_mutex_lock(&mu); }
+void fork_parent() { pthread_mutex_unlock(&mu); }
+void fork_child() {
+  pthread_mutex_init(&mu, nullptr);
+  // The decay thread does not exist in the child; the next put starts one.
+  thread_started.store(false);
+}
+
+}  // namespace lowtide::cache

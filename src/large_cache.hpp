@@ -1,0 +1,31 @@
+// Policy for reusing freed large blocks: a bounded set of committed extents
+// kept after free so that a loop that frees and reallocates large buffers
+// does not pay a page fault per 4 KiB again, returned to the OS when the
+// byte cap is reached or when they have not been reused for the decay period.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace lowtide::cache {
+
+// Try to keep the extent [start, start+n) (still "used" in the arena, pages
+// committed) instead of returning it. false: the caller returns it now.
+bool put(std::uint32_t start, std::uint32_t n);
+
+// A cached extent of at least `need` granules (and not much more) whose start
+// granule + skew is aligned to align_g granules; kNone if none. On success
+// *got is its length (>= need): the caller trims it.
+std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* got);
+
+// Return everything that has been cached longer than the decay period (all of
+// it when `all`). Returns the bytes given back.
+std::size_t purge(bool all);
+
+std::size_t cached_bytes();
+
+void init();
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
+}  // namespace lowtide::cache
