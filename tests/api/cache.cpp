@@ -1,0 +1,190 @@
+// The large-block reuse cache: reuse happens, calloc'd reuse reads as zero,
+// the cap and the decay period bound what is held, the decay thread can be
+// turned off, and LOWTIDE_CACHE=0 returns every block at free.
+// Runs the scenarios as children with their own LOWTIDE_* settings.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lowtide/lowtide.h"
+
+namespace {
+
+int failures = 0;
+#define EXPECT(cond, ...)                                   \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      std::fprintf(stderr, __VA_ARGS__);                    \
+      std::fprintf(stderr, "\n");                           \
+      ++failures;                                           \
+    }                                                       \
+  } while (0)
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+lowtide_stats get() {
+  using F = int (*)(lowtide_stats*);
+  static F f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, "lowtide_get_stats"));
+  lowtide_stats s;
+  std::memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  if (f == nullptr || f(&s) != 0) {
+    std::fprintf(stderr, "FAIL: lowtide_get_stats unavailable (not under lowtide?)\n");
+    std::exit(1);
+  }
+  return s;
+}
+
+std::size_t rss() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long a = 0, b = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%lu %lu", &a, &b) != 2) b = 0;
+    std::fclose(f);
+  }
+  return b * 4096;
+}
+
+int threads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+void* touch(std::size_t n) {
+  auto* p = static_cast<unsigned char*>(std::malloc(n));
+  if (p == nullptr) std::abort();
+  std::memset(p, 0xA5, n);
+  return p;
+}
+
+// Default settings: a loop that frees and reallocates the same size reuses.
+void scenario_reuse() {
+  lowtide_stats a = get();
+  for (int i = 0; i < 50; ++i) std::free(touch(8 * MiB));
+  lowtide_stats b = get();
+  EXPECT(b.large_maps - a.large_maps == 50, "maps %llu", (unsigned long long)(b.large_maps - a.large_maps));
+  EXPECT(b.large_reused - a.large_reused >= 45, "reused only %llu of 50",
+         (unsigned long long)(b.large_reused - a.large_reused));
+  EXPECT(b.large_cached_bytes >= 8 * MiB, "cache holds %llu", (unsigned long long)b.large_cached_bytes);
+  // calloc served from the cache reads as zero although the block was dirty.
+  for (int i = 0; i < 10; ++i) {
+    auto* z = static_cast<unsigned char*>(std::calloc(8 * MiB, 1));
+    EXPECT(z != nullptr, "calloc");
+    for (std::size_t k = 0; k < 8 * MiB; k += 997) {
+      if (z[k] != 0) {
+        EXPECT(false, "calloc from the cache not zero at %zu", k);
+        break;
+      }
+    }
+    std::memset(z, 0x5A, 8 * MiB);
+    std::free(z);
+  }
+  // The decay thread gives everything back once the process goes quiet.
+  std::size_t held = rss();
+  usleep(1'800'000);
+  lowtide_stats c = get();
+  EXPECT(c.large_cached_bytes == 0, "after the decay period the cache still holds %llu",
+         (unsigned long long)c.large_cached_bytes);
+  EXPECT(rss() + 6 * MiB < held, "RSS did not fall after decay: %zu -> %zu", held, rss());
+}
+
+// LOWTIDE_CACHE=0: strict return at free, no helper thread.
+void scenario_off() {
+  int t0 = threads();
+  lowtide_stats a = get();
+  for (int i = 0; i < 20; ++i) std::free(touch(4 * MiB));
+  lowtide_stats b = get();
+  EXPECT(b.large_reused == a.large_reused, "reused with LOWTIDE_CACHE=0");
+  EXPECT(b.large_cached_bytes == 0, "cache holds bytes with LOWTIDE_CACHE=0");
+  EXPECT(b.large_returned_bytes - a.large_returned_bytes >= 20 * 4 * MiB, "not returned at free");
+  EXPECT(threads() == t0, "a thread appeared: %d -> %d", t0, threads());
+}
+
+// A small cap bounds what is held, whatever the loop does.
+void scenario_cap() {
+  for (int i = 0; i < 30; ++i) {
+    void* a = touch(3 * MiB);
+    void* b = touch(5 * MiB);
+    void* c = touch(7 * MiB);
+    std::free(a);
+    std::free(b);
+    std::free(c);
+    lowtide_stats s = get();
+    EXPECT(s.large_cached_bytes <= 8 * MiB, "cache %llu above its 8 MiB cap",
+           (unsigned long long)s.large_cached_bytes);
+  }
+}
+
+// No helper thread: decayed blocks go back on the next large call.
+void scenario_no_thread() {
+  int t0 = threads();
+  for (int i = 0; i < 5; ++i) std::free(touch(6 * MiB));
+  EXPECT(threads() == t0, "a thread appeared with LOWTIDE_DECAY_THREAD=off");
+  EXPECT(get().large_cached_bytes > 0, "nothing cached");
+  usleep(300'000);  // LOWTIDE_DECAY_MS=100
+  EXPECT(get().large_cached_bytes > 0, "gone without any call: there should be no thread");
+  std::free(std::malloc(2 * MiB));  // a later large call purges what decayed
+  EXPECT(get().large_cached_bytes <= 2 * MiB + 65536 * 2, "decayed blocks not purged on the next call: %llu",
+         (unsigned long long)get().large_cached_bytes);
+  // lowtide_release gives back the rest at once.
+  using R = size_t (*)();
+  reinterpret_cast<R>(dlsym(RTLD_DEFAULT, "lowtide_release"))();
+  EXPECT(get().large_cached_bytes == 0, "lowtide_release left %llu cached",
+         (unsigned long long)get().large_cached_bytes);
+}
+
+int child(const char* name, const char* const* env) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const char* const* e = env; *e; e += 2) setenv(e[0], e[1], 1);
+    std::string self = "/proc/self/exe";
+    execl(self.c_str(), self.c_str(), name, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  for (int waited = 0; waited < 600; ++waited) {  // 60 s bound
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      std::printf("%-12s %s\n", name, ok ? "ok" : "FAILED");
+      return ok ? 0 : 1;
+    }
+    usleep(100'000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  std::printf("%-12s TIMEOUT\n", name);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::string s = argv[1];
+    if (s == "reuse") scenario_reuse();
+    else if (s == "off") scenario_off();
+    else if (s == "cap") scenario_cap();
+    else if (s == "nothread") scenario_no_thread();
+    else return 2;
+    return failures == 0 ? 0 : 1;
+  }
+  const char* const reuse[] = {nullptr};
+  const char* const off[] = {"LOWTIDE_CACHE", "0", nullptr};
+  const char* const cap[] = {"LOWTIDE_CACHE", "8M", nullptr};
+  const char* const nothread[] = {"LOWTIDE_DECAY_THREAD", "off", "LOWTIDE_DECAY_MS", "100", nullptr};
+  int bad = child("reuse", reuse) + child("off", off) + child("cap", cap) + child("nothread", nothread);
+  std::printf("%s\n", bad == 0 ? "PASS cache" : "FAIL cache");
+  return bad == 0 ? 0 : 1;
+}
