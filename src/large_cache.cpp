@@ -128,11 +128,12 @@ bool put(std::uint32_t start, std::uint32_t n) {
   return true;
 }
 
-std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* got) {
+std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
+                   std::uint32_t* got) {
   if (held_view.load(std::memory_order_relaxed) == 0) return Arena::kNone;
   // Take only a close fit: splitting a much larger warm block would throw
-  // most of its pages away.
-  std::uint64_t limit = std::uint64_t{need} + need / 2 + 2;
+  // most of its pages away (a block about to grow may take more).
+  std::uint64_t limit = for_growth ? std::uint64_t{need} * 4 + 2 : std::uint64_t{need} + need / 2 + 2;
   pthread_mutex_lock(&mu);
   int best = -1;
   for (int i = 0; i < count; ++i) {

@@ -15,7 +15,10 @@ bool put(std::uint32_t start, std::uint32_t n);
 // A cached extent of at least `need` granules (and not much more) whose start
 // granule + skew is aligned to align_g granules; kNone if none. On success
 // *got is its length (>= need): the caller trims it.
-std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* got);
+// `for_growth`: the block is being grown by realloc; a cached block up to 4x
+// the size is taken whole, so the growth that follows happens in place.
+std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
+                   std::uint32_t* got);
 
 // Return everything that has been cached longer than the decay period (all of
 // it when `all`). Returns the bytes given back.

@@ -60,11 +60,16 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
 
   // A cached block of about this size: its pages are already there.
   std::uint32_t got = 0;
-  std::uint32_t s = cache::take(need, align_g, skew, &got);
+  const bool for_growth = origin == Origin::realloc;
+  std::uint32_t s = cache::take(need, align_g, skew, for_growth, &got);
   char* base;
   if (s != Arena::kNone) {
     base = a.addr(s);
-    if (got > need) {
+    if (for_growth) {
+      // Keep the whole warm block: the reallocs that follow grow into it.
+      need = got;
+      bytes = std::size_t{got} << Arena::kGranuleShift;
+    } else if (got > need) {
       std::size_t tail = std::size_t{got - need} << Arena::kGranuleShift;
       give_back(a.addr(s + need), tail);
       a.shrink(s, got, need);
@@ -153,7 +158,7 @@ void* resize(void* p, std::size_t size) {
   BlockHeader* h = header_of(p);
   stats::Slot* st = stats::slot();
   const std::size_t old_usable = (std::size_t{n} << Arena::kGranuleShift) - off;
-  const std::size_t new_usable = bytes - off;
+  std::size_t new_usable = bytes - off;
   // Every successful resize hands out new_usable in place of old_usable.
   auto account = [&](stats::Counter how) {
     stats::add(st, how, 1);
@@ -165,13 +170,17 @@ void* resize(void* p, std::size_t size) {
   };
 
   if (need <= n) {
-    if (need < n) {
+    // Shrink only when the caller shrinks: a block growing inside spare room
+    // (a reused cached block) keeps it for the next growth step.
+    if (need < n && size < h->requested) {
       std::size_t tail = std::size_t{n - need} << Arena::kGranuleShift;
       give_back(a.addr(s + need), tail);
       a.shrink(s, n, need);
       g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
       stats::add(st, stats::kLargeReturnedBytes, tail);
       h->length = bytes;
+    } else {
+      new_usable = old_usable;  // the extent stays as it is
     }
     h->requested = size;
     account(stats::kLargeInPlace);
