@@ -70,7 +70,7 @@ std::size_t give_back(const Entry* out, int n) {
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   for (;;) {
-    std::uint64_t period = decay_ns / 2 > 1'000'000 ? decay_ns / 2 : 1'000'000;
+    std::uint64_t period = decay_ns / 4 > 1'000'000 ? decay_ns / 4 : 1'000'000;
     timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
     nanosleep(&ts, nullptr);
     if (held_view.load(std::memory_order_relaxed) != 0) purge(false);
@@ -173,6 +173,25 @@ std::size_t purge(bool all) {
   recompute_oldest();
   pthread_mutex_unlock(&mu);
   return give_back(out, n);
+}
+
+void evict_for(std::size_t want) {
+  if (held_view.load(std::memory_order_relaxed) == 0) return;
+  Entry out[kSlots];
+  int n = 0;
+  std::size_t got = 0;
+  pthread_mutex_lock(&mu);
+  while (count > 0 && got < want) {
+    int o = 0;
+    for (int i = 1; i < count; ++i)
+      if (entries[i].freed_ns < entries[o].freed_ns) o = i;
+    got += std::size_t{entries[o].n} << Arena::kGranuleShift;
+    out[n++] = entries[o];
+    remove_at(o);
+  }
+  recompute_oldest();
+  pthread_mutex_unlock(&mu);
+  give_back(out, n);
 }
 
 std::size_t cached_bytes() { return held_view.load(std::memory_order_relaxed); }

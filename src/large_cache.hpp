@@ -24,6 +24,11 @@ std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew
 // it when `all`). Returns the bytes given back.
 std::size_t purge(bool all);
 
+// A request the cache could not serve is about to fault `bytes` fresh:
+// return at least that much, oldest first, so the cache only ever holds
+// memory in place of memory the process would otherwise fault.
+void evict_for(std::size_t bytes);
+
 std::size_t cached_bytes();
 
 void init();

@@ -80,6 +80,9 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     if (origin == Origin::calloc) std::memset(base + off, 0, size);
     stats::add(st, stats::kLargeReused, 1);
   } else {
+    // A miss: what the cache holds does not fit this request. Shrink it by
+    // what is about to be faulted in, so reuse never adds to the peak.
+    cache::evict_for(bytes);
     s = a.alloc(need, align_g, skew);
     // The range may only be full of cached blocks: give those back, retry.
     if (s == Arena::kNone && cache::purge(true) != 0) s = a.alloc(need, align_g, skew);
@@ -203,27 +206,43 @@ void* resize(void* p, std::size_t size) {
   }
 
   // Move: a new extent, the user pointer at the same offset in it (realloc
-  // need not keep an alignment above 16, and pages move whole).
-  std::uint32_t ns = a.alloc(need, wants_huge(bytes) ? kHugeGranules : 1, 0);
-  if (ns == Arena::kNone && cache::purge(true) != 0) ns = a.alloc(need, wants_huge(bytes) ? kHugeGranules : 1, 0);
-  if (ns == Arena::kNone) {
-    errno = ENOMEM;
-    return nullptr;
+  // need not keep an alignment above 16, and pages move whole). A cached
+  // block of up to 4x is taken whole: the old pages move into its front, and
+  // its warm back is where the next growth steps land, in place.
+  std::size_t old_bytes = std::size_t{n} << Arena::kGranuleShift;
+  const std::uint32_t huge_g = wants_huge(bytes) ? kHugeGranules : 1;
+  std::uint32_t got = 0;
+  std::uint32_t ns = cache::take(need, huge_g, 0, true, &got);
+  const bool warm = ns != Arena::kNone;
+  if (warm) {
+    need = got;
+    bytes = std::size_t{got} << Arena::kGranuleShift;
+    new_usable = bytes - off;
+    stats::add(st, stats::kLargeReused, 1);
+  } else {
+    cache::evict_for(bytes - old_bytes);
+    ns = a.alloc(need, huge_g, 0);
+    if (ns == Arena::kNone && cache::purge(true) != 0) ns = a.alloc(need, huge_g, 0);
+    if (ns == Arena::kNone) {
+      errno = ENOMEM;
+      return nullptr;
+    }
   }
   char* nbase = a.addr(ns);
-  std::size_t old_bytes = std::size_t{n} << Arena::kGranuleShift;
   // Commit the tail first, so that once the pages have moved nothing can fail.
-  if (!pal::commit_fixed(nbase + old_bytes, bytes - old_bytes)) {
-    a.release(ns, need);
-    errno = ENOMEM;
-    return nullptr;
+  if (!warm) {
+    if (!pal::commit_fixed(nbase + old_bytes, bytes - old_bytes)) {
+      a.release(ns, need);
+      errno = ENOMEM;
+      return nullptr;
+    }
+    if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   }
-  if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   bool moved = pal::move_pages(base, old_bytes, nbase);
   if (!moved) {
     // mremap refused (an old kernel, or the block spans several VMAs since
     // someone madvised part of it): copy what the user asked for.
-    if (!pal::commit_fixed(nbase, old_bytes)) {
+    if (!warm && !pal::commit_fixed(nbase, old_bytes)) {
       give_back(nbase, bytes);
       a.release(ns, need);
       errno = ENOMEM;
@@ -248,7 +267,8 @@ void* resize(void* p, std::size_t size) {
   give_back(base, old_bytes);
   a.release(s, n);
   a.publish(user, ns);
-  g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
+  if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
+  else g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
   return user;
 }
 

@@ -35,7 +35,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0,
      "Freed large blocks kept committed for reuse, at most this many bytes; 0 "
      "returns every large block to the OS at free."},
-    {"LOWTIDE_DECAY_MS", OptKind::size, "1000", 1, 3'600'000, nullptr, 0,
+    {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0,
      "A cached block not reused for this many milliseconds is returned to the OS."},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2,
      "on: a helper thread (started at the first cached free, signals blocked) "
