@@ -79,8 +79,10 @@ void* decay_main(void*) {
 }
 
 // The helper thread that returns cached blocks once the process goes quiet.
-// Started on first use only (a process that never caches has no extra
-// thread), with every signal blocked so it never takes the host's signals.
+// Started at the first large allocation (a process that never makes one has
+// no extra thread), with every signal blocked so it never takes the host's
+// signals. Not from free(): glibc frees dlopen'ed modules' TLS blocks while
+// holding its stack-cache lock, which pthread_create takes too.
 void start_thread() {
   if (!use_thread || thread_started.exchange(true)) return;
   sigset_t all, old;
@@ -124,7 +126,6 @@ bool put(std::uint32_t start, std::uint32_t n) {
   recompute_oldest();
   pthread_mutex_unlock(&mu);
   give_back(evicted, nev);
-  start_thread();
   return true;
 }
 
@@ -192,6 +193,10 @@ void evict_for(std::size_t want) {
   recompute_oldest();
   pthread_mutex_unlock(&mu);
   give_back(out, n);
+}
+
+void note_large_allocation() {
+  if (cap != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 
 std::size_t cached_bytes() { return held_view.load(std::memory_order_relaxed); }

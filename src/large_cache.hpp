@@ -31,6 +31,9 @@ void evict_for(std::size_t bytes);
 
 std::size_t cached_bytes();
 
+// Called on every large allocation: starts the decay thread the first time.
+void note_large_allocation();
+
 void init();
 void fork_prepare();
 void fork_parent();

@@ -56,6 +56,7 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   std::uint32_t skew = align > G ? 1 : 0;
   if (skew == 0 && wants_huge(bytes) && align_g < kHugeGranules) align_g = kHugeGranules;
   cache::purge(false);
+  cache::note_large_allocation();
   stats::Slot* st = stats::slot();
 
   // A cached block of about this size: its pages are already there.

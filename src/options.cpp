@@ -38,7 +38,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0,
      "A cached block not reused for this many milliseconds is returned to the OS."},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2,
-     "on: a helper thread (started at the first cached free, signals blocked) "
+     "on: a helper thread (started at the first large allocation, signals blocked) "
      "returns decayed blocks while the process is quiet; off: only later "
      "allocator calls do."},
     {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2,

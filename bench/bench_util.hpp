@@ -1,0 +1,115 @@
+// Shared helpers for the native benchmark workloads (larson, churn): the same
+// JSON line the Python workloads print (see bench/workloads/_common.py):
+// wall_s, rss_before, peak_rss, rss_after_free, rss_after_decay (bytes),
+// allocator, plus workload-specific fields.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace bench {
+
+constexpr double kDecayS = 1.0;
+
+struct Status {
+  long rss = 0;  // VmRSS, bytes
+  long hwm = 0;  // VmHWM, bytes
+};
+
+inline Status read_status() {
+  Status s;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return s;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    long kb = 0;
+    if (std::sscanf(line, "VmRSS: %ld kB", &kb) == 1) s.rss = kb * 1024;
+    else if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) s.hwm = kb * 1024;
+  }
+  std::fclose(f);
+  return s;
+}
+
+// Size multiplier: --scale X on the command line, else BENCH_SCALE, else 1.
+inline double scale(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--scale") == 0) return std::atof(argv[i + 1]);
+  const char* e = std::getenv("BENCH_SCALE");
+  return e && *e ? std::atof(e) : 1.0;
+}
+
+// Integer option "--name N" (e.g. --threads 2), else def.
+inline long opt(int argc, char** argv, const char* name, long def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atol(argv[i + 1]);
+  return def;
+}
+
+inline std::string allocator() {
+  if (dlsym(RTLD_DEFAULT, "lowtide_version")) return "lowtide";
+  const char* pre = std::getenv("LD_PRELOAD");
+  if (!pre || !*pre) return "glibc";
+  const char* slash = std::strrchr(pre, '/');
+  return slash ? slash + 1 : pre;
+}
+
+// xorshift64*: fixed-seed, cheap, no allocation (std::mt19937 is fine too, but
+// this keeps the per-op overhead that is not malloc/free small).
+struct Rng {
+  std::uint64_t s;
+  explicit Rng(std::uint64_t seed) : s(seed ? seed : 0x9e3779b97f4a7c15ull) {}
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545f4914f6cdd1dull;
+  }
+  std::uint32_t below(std::uint32_t n) {
+    return static_cast<std::uint32_t>((next() >> 32) * n >> 32);
+  }
+};
+
+// Object sizes 16 B .. 4 KiB, log-uniform (each power-of-two band 16-32,
+// 32-64, ..., 2048-4096 equally likely, uniform within the band), so small
+// sizes are as well represented as in real small-object heaps.
+inline std::size_t rand_size(Rng& r) {
+  std::uint32_t band = r.below(8);                // 16 << 0..7
+  std::size_t lo = std::size_t{16} << band;
+  return lo + r.below(static_cast<std::uint32_t>(lo) + 1);  // lo .. 2*lo
+}
+
+// Write the first and last byte so the pages really are touched (the
+// allocator cannot hand back untouched memory for free) without a memset
+// dominating the timing for the larger sizes.
+inline void touch(void* p, std::size_t n) {
+  auto* c = static_cast<volatile unsigned char*>(p);
+  c[0] = static_cast<unsigned char>(n);
+  c[n - 1] = static_cast<unsigned char>(n >> 8);
+}
+
+inline double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Sample rss_after_free now, sleep kDecayS, sample again and print the line.
+// extra: additional JSON members, already formatted ("\"k\": v, ...") or "".
+inline void finish(const char* workload, long rss_before, double wall_s, const std::string& extra) {
+  Status now = read_status();
+  std::this_thread::sleep_for(std::chrono::duration<double>(kDecayS));
+  Status later = read_status();
+  std::printf("{\"workload\": \"%s\", %s%s\"allocator\": \"%s\", \"wall_s\": %.4f, "
+              "\"rss_before\": %ld, \"peak_rss\": %ld, \"rss_after_free\": %ld, "
+              "\"rss_after_decay\": %ld}\n",
+              workload, extra.c_str(), extra.empty() ? "" : ", ", allocator().c_str(), wall_s,
+              rss_before, later.hwm, now.rss, later.rss);
+  std::fflush(stdout);
+}
+
+}  // namespace bench
