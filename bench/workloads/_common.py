@@ -15,15 +15,19 @@ MiB = 1024 * 1024
 DECAY_S = 1.0
 
 
-def read_status():
-    """(VmRSS, VmHWM) of this process in bytes."""
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(rest.split()[0]) * 1024
-    return out["VmRSS"], out["VmHWM"]
+def _load_seed_module():
+    # The project's one reader of /proc/self/status lives in
+    # scripts/workloads/seed.py; load it by path (a plain "import seed" here
+    # would find bench/workloads/seed.py instead).
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "workloads", "seed.py")
+    spec = importlib.util.spec_from_file_location("lowtide_seed_workload", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+read_status = _load_seed_module().read_status  # (VmRSS, VmHWM) in bytes
 
 
 def scale(default=1.0):
