@@ -112,13 +112,12 @@ void* fwd_realloc(void* p, std::size_t n) {
 
 }  // namespace
 
-void* malloc(std::size_t n) {
+void* malloc_slow(std::size_t n) {
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
   return allocate(n, kMinAlign, Origin::malloc, stats::kMallocCalls, false);
 }
 
-void free(void* p) {
-  if (p == nullptr) return;
+void free_slow(void* p) {
   int* err = &errno;  // one __errno_location call, not two
   int saved = *err;
   if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !g.arena.contains(p) &&
@@ -287,7 +286,7 @@ std::size_t good_size(std::size_t n) {
   return round_up(n + hdr, Arena::kGranule) - hdr;
 }
 
-void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
+void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
   for (;;) {
     void* p;
     if (LT_UNLIKELY(mode() == kForwarding)) p = align == 0 ? forward::winner.malloc(n) : memalign(align, n);

@@ -3,15 +3,77 @@
 // forwarding when lowtide is not the process's allocator. exports.cpp only
 // forwards to these.
 #pragma once
+#include <cerrno>
 #include <cstddef>
 #include <malloc.h>
 
 #include "lowtide/lowtide.h"
+#include "small_path.hpp"
+#include "state.hpp"
+#include "stats.hpp"
 
 namespace lowtide::api {
 
-void* malloc(std::size_t n);
-void free(void* p);
+// Everything but the common case: not yet initialised, forwarding, large,
+// out of memory, and (for free) large blocks.
+void* malloc_slow(std::size_t n);
+void free_slow(void* p);
+void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow);
+
+// The common case, inlined into the exported symbols: a small request in a
+// ready process is one mode load, one compare with the cutoff, mimalloc and
+// the counters. A thread-local slot is looked up once per call.
+inline void* small_fast(std::size_t n, stats::Counter call) {
+  stats::Slot* st = stats::slot();
+  stats::count_request(st, call, n);
+  void* p = small::allocate(n);
+  if (__builtin_expect(p != nullptr, 1)) {
+    stats::add(st, stats::kSmallRequested, n);
+    stats::add_usable(st, stats::kSmallOut, [&] { return small::usable_of_new(p, n); });
+  }
+  return p;
+}
+
+inline bool fast_ok(std::size_t n) {
+  return __builtin_expect(g.mode.load(std::memory_order_acquire) == kReady && n < g.cutoff, 1);
+}
+
+inline void* malloc(std::size_t n) {
+  if (fast_ok(n)) {
+    void* p = small_fast(n, stats::kMallocCalls);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+    errno = ENOMEM;
+    return p;
+  }
+  return malloc_slow(n);
+}
+
+inline void free(void* p) {
+  if (p == nullptr) return;
+  if (__builtin_expect(!g.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding, 1)) {
+    // free() leaves errno alone (glibc >= 2.33, POSIX 2024); mimalloc may
+    // make a syscall while giving pages back.
+    int* err = &errno;
+    int saved = *err;
+    stats::Slot* st = stats::slot();
+    stats::add(st, stats::kFreeCalls, 1);
+    stats::add_usable(st, stats::kSmallFreed, [&] { return small::usable(p); });
+    small::release(p);
+    *err = saved;
+    return;
+  }
+  free_slow(p);
+}
+
+// operator new: align 0 = the default; failure runs the new_handler loop.
+inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
+  if (align == 0 && fast_ok(n)) {
+    void* p = small_fast(n, stats::kMallocCalls);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+  }
+  return operator_new_slow(n, align, nothrow);
+}
+
 void* calloc(std::size_t n, std::size_t size);
 void* realloc(void* p, std::size_t n);
 void* reallocarray(void* p, std::size_t n, std::size_t size);
@@ -21,7 +83,6 @@ void* valloc(std::size_t n);
 void* pvalloc(std::size_t n);
 std::size_t usable_size(const void* p);
 std::size_t good_size(std::size_t n);
-void* operator_new(std::size_t n, std::size_t align, bool nothrow);
 
 int mallopt(int param, int value);
 int trim(std::size_t pad);

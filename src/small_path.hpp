@@ -3,6 +3,8 @@
 #pragma once
 #include <mimalloc.h>
 
+#include <cstdint>
+
 #include "size_math.hpp"
 
 namespace lowtide::small {
@@ -18,8 +20,37 @@ inline void* reallocate(void* p, std::size_t n) { return mi_realloc(p, small_req
 inline void release(void* p) { mi_free(p); }
 inline std::size_t usable(const void* p) { return mi_usable_size(p); }
 
+// Up to this request size a fresh mi_malloc block's usable size is its size
+// class, which mi_good_size computes without reading the block's page
+// metadata (mimalloc 2.0.9: small and medium objects, up to 128 KiB; larger
+// ones are rounded differently). configure() checks it and sets 0 if this
+// mimalloc disagrees; tests/unit/size_class_test.cpp checks every size.
+inline constexpr std::size_t kClassExactMax = std::size_t{128} << 10;
+extern std::size_t class_exact_max;
+// The commonest classes, looked up without a call: class_table[r / 16] is
+// mi_good_size(r) for r <= kTableMax, filled by configure() (0 = unverified).
+inline constexpr std::size_t kTableMax = 8192;
+extern std::uint16_t class_table[kTableMax / kMinAlign + 1];
+
+// The usable size of p, just returned by allocate(n).
+inline std::size_t usable_of_new(const void* p, std::size_t n) {
+  std::size_t r = small_request(n);
+  if (r <= kTableMax) {
+    std::size_t u = class_table[r / kMinAlign];
+    if (__builtin_expect(u != 0, 1)) return u;
+  } else if (r <= class_exact_max) {
+    return mi_good_size(r);
+  }
+  return mi_usable_size(p);
+}
+
 // Set at init: mimalloc options lowtide needs, as defaults so a user's own
-// MIMALLOC_* variables still win.
+// MIMALLOC_* variables still win, and the size-class check above.
 void configure();
+
+// True if mi_good_size matches the usable size of real blocks at sizes
+// spread over [16, limit] (every class boundary up to 1 KiB, then ~8 per
+// power of two).
+bool class_sizes_match(std::size_t limit);
 
 }  // namespace lowtide::small

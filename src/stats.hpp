@@ -36,7 +36,8 @@ enum Counter : unsigned {
 
 constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
 
-struct Slot {
+// A cache line of its own for each slot: threads never write a shared line.
+struct alignas(64) Slot {
   std::uint64_t c[kCounters];
   std::uint64_t hist[kHistBuckets];
   // Registry fields, written under the registry lock.
