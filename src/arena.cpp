@@ -133,6 +133,21 @@ void Arena::shrink(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
   unlock();
 }
 
+void Arena::split(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
+  lock();
+  set_tags(s, m, kUsed);
+  set_tags(s + m, n - m, kUsed);
+  unlock();
+}
+
+void Arena::join(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
+  lock();
+  tag_[s + n - 1] = 0;
+  tag_[s + n] = 0;
+  set_tags(s, m, kUsed);
+  unlock();
+}
+
 void Arena::publish(const void* user, std::uint32_t start) {
   live_[granule_of(user)].store(encode_live(user, start), std::memory_order_release);
 }

@@ -42,6 +42,12 @@ class Arena {
   bool grow(std::uint32_t start, std::uint32_t n, std::uint32_t m);
   // Give back the tail [start+m, start+n) of a used extent.
   void shrink(std::uint32_t start, std::uint32_t n, std::uint32_t m);
+  // Cut the used extent [start, start+n) into two used extents, of m and
+  // n-m granules (the reuse cache keeps the tail of a block it hands out).
+  void split(std::uint32_t start, std::uint32_t n, std::uint32_t m);
+  // The reverse: the used extents [start, start+n) and [start+n, start+m)
+  // become one used extent of m granules.
+  void join(std::uint32_t start, std::uint32_t n, std::uint32_t m);
   std::uint32_t used_length(std::uint32_t start) const { return tag_[start] & kLenMask; }
 
   // Live-block table, lock-free. A user pointer is registered in the slot of

@@ -16,6 +16,10 @@ namespace {
 
 constexpr int kSlots = 128;
 constexpr std::size_t G = Arena::kGranule;
+// A miss may fault fresh pages while the cache still holds this much: a few
+// blocks of a loop whose sizes vary stay warm instead of being given back
+// at every miss (see evict_for). Bounds what reuse adds to the peak.
+constexpr std::size_t kMissSlack = std::size_t{8} << 20;
 
 struct Entry {
   std::uint32_t start, n;
@@ -109,10 +113,25 @@ void init() {
 bool put(std::uint32_t start, std::uint32_t n) {
   std::size_t len = std::size_t{n} << Arena::kGranuleShift;
   if (len > cap) return false;
-  Entry evicted[kSlots];
+  Entry evicted[kSlots + 1];
   int nev = 0;
   std::uint64_t now = now_ns();
   pthread_mutex_lock(&mu);
+  // Join cached neighbours, so blocks cut by take() grow back whole.
+  for (int i = 0; i < count;) {
+    Entry& e = entries[i];
+    if (e.start + e.n == start || start + n == e.start) {
+      std::uint32_t s = e.start < start ? e.start : start;
+      g.arena.join(s, e.start < start ? e.n : n, e.n + n);
+      start = s;
+      n += e.n;
+      len = std::size_t{n} << Arena::kGranuleShift;
+      remove_at(i);
+      i = 0;
+    } else {
+      ++i;
+    }
+  }
   // Make room: oldest first, until the new block fits under the cap.
   while (count > 0 && (bytes_held + len > cap || count == kSlots)) {
     int o = 0;
@@ -121,8 +140,12 @@ bool put(std::uint32_t start, std::uint32_t n) {
     evicted[nev++] = entries[o];
     remove_at(o);
   }
-  entries[count++] = Entry{start, n, now};
-  bytes_held += len;
+  if (bytes_held + len > cap) {  // joined past the cap: give it all back
+    evicted[nev++] = Entry{start, n, now};
+  } else {
+    entries[count++] = Entry{start, n, now};
+    bytes_held += len;
+  }
   recompute_oldest();
   pthread_mutex_unlock(&mu);
   give_back(evicted, nev);
@@ -132,9 +155,7 @@ bool put(std::uint32_t start, std::uint32_t n) {
 std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                    std::uint32_t* got) {
   if (held_view.load(std::memory_order_relaxed) == 0) return Arena::kNone;
-  // Take only a close fit: splitting a much larger warm block would throw
-  // most of its pages away (a block about to grow may take more).
-  std::uint64_t limit = for_growth ? std::uint64_t{need} * 4 + 2 : std::uint64_t{need} + need / 2 + 2;
+  std::uint64_t limit = for_growth ? std::uint64_t{need} * 4 + 2 : UINT64_MAX;
   pthread_mutex_lock(&mu);
   int best = -1;
   for (int i = 0; i < count; ++i) {
@@ -147,9 +168,19 @@ std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew
   }
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
-    s = entries[best].start;
-    *got = entries[best].n;
-    remove_at(best);
+    Entry& e = entries[best];
+    s = e.start;
+    if (for_growth || e.n == need) {
+      *got = e.n;
+      remove_at(best);
+    } else {
+      // Hand out the front, keep the rest where it is: no syscall, no fault.
+      g.arena.split(e.start, e.n, need);
+      *got = need;
+      e.start += need;
+      e.n -= need;
+      bytes_held -= std::size_t{need} << Arena::kGranuleShift;
+    }
     recompute_oldest();
   }
   pthread_mutex_unlock(&mu);
@@ -177,7 +208,9 @@ std::size_t purge(bool all) {
 }
 
 void evict_for(std::size_t want) {
-  if (held_view.load(std::memory_order_relaxed) == 0) return;
+  std::size_t held = held_view.load(std::memory_order_relaxed);
+  if (held + want <= kMissSlack) return;
+  want = held + want - kMissSlack;
   Entry out[kSlots];
   int n = 0;
   std::size_t got = 0;

@@ -70,12 +70,6 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
       // Keep the whole warm block: the reallocs that follow grow into it.
       need = got;
       bytes = std::size_t{got} << Arena::kGranuleShift;
-    } else if (got > need) {
-      std::size_t tail = std::size_t{got - need} << Arena::kGranuleShift;
-      give_back(a.addr(s + need), tail);
-      a.shrink(s, got, need);
-      g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
-      stats::add(st, stats::kLargeReturnedBytes, tail);
     }
     // Reused pages hold old data: calloc's must read as zero.
     if (origin == Origin::calloc) std::memset(base + off, 0, size);

@@ -19,7 +19,7 @@ StatsMode stats_mode(std::uint64_t i) {
 }
 
 const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
-    {"LOWTIDE_CUTOFF", OptKind::size, "1MiB", 4096, std::uint64_t{1} << 40, nullptr, 0,
+    {"LOWTIDE_CUTOFF", OptKind::size, "128KiB", 4096, std::uint64_t{1} << 40, nullptr, 0,
      "Blocks of at least this size take the large path (own mapping, pages "
      "returned to the OS at free); smaller ones go to mimalloc."},
     {"LOWTIDE_RESERVE", OptKind::size, "1TiB", std::uint64_t{64} << 20, std::uint64_t{64} << 40,

@@ -62,12 +62,13 @@ inline bool under_lowtide() {
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * 1024;
+constexpr std::size_t kDefaultCutoff = 128 * KiB;  // LOWTIDE_CUTOFF's default
 
 // LOWTIDE_CUTOFF as the shim would read it ("512K", "1M", "2097152");
-// default 1 MiB. Only used to pick sizes on both sides of the cutoff.
+// default 128 KiB. Only used to pick sizes on both sides of the cutoff.
 inline std::size_t cutoff() {
   const char* s = std::getenv("LOWTIDE_CUTOFF");
-  if (s == nullptr || *s == '\0') return MiB;
+  if (s == nullptr || *s == '\0') return kDefaultCutoff;
   char* end = nullptr;
   unsigned long long v = std::strtoull(s, &end, 10);
   if (end != nullptr) {
@@ -78,7 +79,7 @@ inline std::size_t cutoff() {
       default: break;
     }
   }
-  return v == 0 ? MiB : static_cast<std::size_t>(v);
+  return v == 0 ? kDefaultCutoff : static_cast<std::size_t>(v);
 }
 
 inline unsigned char pattern_byte(std::size_t i, unsigned seed) {

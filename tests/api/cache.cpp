@@ -1,6 +1,7 @@
 // The large-block reuse cache: reuse happens, calloc'd reuse reads as zero,
 // the cap and the decay period bound what is held, the decay thread can be
-// turned off, and LOWTIDE_CACHE=0 returns every block at free.
+// turned off, LOWTIDE_CACHE=0 returns every block at free, and blocks of
+// other sizes are cut from and joined back into cached ones.
 // Runs the scenarios as children with their own LOWTIDE_* settings.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -170,6 +171,41 @@ int child(const char* name, const char* const* env) {
 
 }  // namespace
 
+// Mixed sizes: a smaller request is cut from the front of a larger cached
+// block (no fresh pages, the rest stays cached), and the pieces join again
+// when freed, so the original size is served whole from the same pages.
+// Decay is set long so nothing is returned in between.
+void scenario_split() {
+  auto* big = static_cast<unsigned char*>(touch(4 * MiB));
+  std::free(big);
+  lowtide_stats a = get();
+  EXPECT(a.large_cached_bytes >= 4 * MiB, "4 MiB block not cached: %llu", (unsigned long long)a.large_cached_bytes);
+  void* p = touch(MiB);
+  void* q = touch(MiB);
+  lowtide_stats b = get();
+  EXPECT(b.large_reused - a.large_reused == 2, "two 1 MiB blocks cut from the cached 4 MiB: reused %llu",
+         (unsigned long long)(b.large_reused - a.large_reused));
+  EXPECT(b.large_returned_bytes == a.large_returned_bytes, "cutting gave pages back: %llu bytes",
+         (unsigned long long)(b.large_returned_bytes - a.large_returned_bytes));
+  EXPECT(b.large_cached_bytes >= MiB && b.large_cached_bytes < a.large_cached_bytes,
+         "the rest stays cached: %llu", (unsigned long long)b.large_cached_bytes);
+  std::memset(p, 1, MiB);  // blocks cut from one are distinct and usable
+  std::memset(q, 2, MiB);
+  EXPECT(static_cast<unsigned char*>(p)[MiB - 1] == 1 && static_cast<unsigned char*>(q)[0] == 2, "overlap");
+  std::free(q);
+  std::free(p);
+  lowtide_stats c = get();
+  EXPECT(c.large_cached_bytes == a.large_cached_bytes, "pieces not all back in the cache: %llu vs %llu",
+         (unsigned long long)c.large_cached_bytes, (unsigned long long)a.large_cached_bytes);
+  auto* again = static_cast<unsigned char*>(touch(4 * MiB));
+  lowtide_stats d = get();
+  EXPECT(again == big, "4 MiB not served whole from the joined pieces (%p vs %p)", static_cast<void*>(again),
+         static_cast<void*>(big));
+  EXPECT(d.large_reused - c.large_reused == 1, "reused %llu", (unsigned long long)(d.large_reused - c.large_reused));
+  EXPECT(d.large_returned_bytes == c.large_returned_bytes, "pages given back while joining");
+  std::free(again);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) {
     std::string s = argv[1];
@@ -177,6 +213,7 @@ int main(int argc, char** argv) {
     else if (s == "off") scenario_off();
     else if (s == "cap") scenario_cap();
     else if (s == "nothread") scenario_no_thread();
+    else if (s == "split") scenario_split();
     else return 2;
     return failures == 0 ? 0 : 1;
   }
@@ -184,7 +221,9 @@ int main(int argc, char** argv) {
   const char* const off[] = {"LOWTIDE_CACHE", "0", nullptr};
   const char* const cap[] = {"LOWTIDE_CACHE", "8M", nullptr};
   const char* const nothread[] = {"LOWTIDE_DECAY_THREAD", "off", "LOWTIDE_DECAY_MS", "100", nullptr};
-  int bad = child("reuse", reuse) + child("off", off) + child("cap", cap) + child("nothread", nothread);
+  const char* const split[] = {"LOWTIDE_DECAY_MS", "60000", nullptr};
+  int bad = child("reuse", reuse) + child("off", off) + child("cap", cap) + child("nothread", nothread) +
+            child("split", split);
   std::printf("%s\n", bad == 0 ? "PASS cache" : "FAIL cache");
   return bad == 0 ? 0 : 1;
 }

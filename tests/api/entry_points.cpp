@@ -35,7 +35,7 @@ const std::size_t kPage = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 
 std::mutex g_new_handler_mutex;  // std::new_handler is process-global
 bool g_lowtide = false;
-std::size_t g_cutoff = MiB;
+std::size_t g_cutoff = lt::kDefaultCutoff;
 
 void* xmalloc(std::size_t n) {
   void* p = malloc(opaque(n));

@@ -25,7 +25,7 @@ Config load(std::vector<const char*> env, bool secure = false) {
 
 TEST_CASE("defaults come from the table") {
   Config c = load({"PATH=/bin", "HOME=/root"});
-  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
   CHECK(c.get(Opt::reserve) == (std::uint64_t{1} << 40));
   CHECK(warnings.empty());
 }
@@ -39,19 +39,19 @@ TEST_CASE("values are parsed, bad ones warned about and replaced by the default"
                           "LOWTIDE_CUTOFF=99999999999999999999999", "LOWTIDE_CUTOFF=1", "LOWTIDE_CUTOFF=2T"}) {
     INFO(bad);
     c = load({bad});
-    CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+    CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].rfind("LOWTIDE_CUTOFF|", 0) == 0);
-    CHECK(warnings[0].find("|1MiB") != std::string::npos);
+    CHECK(warnings[0].find("|128KiB") != std::string::npos);
   }
   c = load({"LOWTIDE_CUTOFFX=5M", "XLOWTIDE_CUTOFF=5M"});
-  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
   CHECK(warnings.empty());
 }
 
 TEST_CASE("setuid processes ignore every LOWTIDE_ variable") {
   Config c = load({"LOWTIDE_CUTOFF=512K", "LOWTIDE_RESERVE=abc"}, true);
-  CHECK(c.get(Opt::cutoff) == (std::uint64_t{1} << 20));
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
   CHECK(warnings.empty());
 }
 
