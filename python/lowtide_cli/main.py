@@ -67,12 +67,17 @@ def parser():
 def main(argv, lib_candidates, build_hint):
     opts, command = split_command(argv)
     p = parser()
-    a = p.parse_args(opts)
+    a, extra = p.parse_known_args(opts)
+    if extra and a.cmd in ("run", "compare") and command is None:
+        p.error("%s needs `--` before the command: lowtide %s [options] -- %s"
+                % (a.cmd, a.cmd, " ".join(extra)))
+    if extra:
+        p.error("unrecognized arguments: %s" % " ".join(extra))
     if a.cmd is None:
         p.print_help()
         return 2
     if a.cmd in ("run", "compare") and not command:
-        p.error("%s needs a command after --, e.g. lowtide %s -- python3 app.py" % (a.cmd, a.cmd))
+        p.error("%s needs a command after `--`, e.g. lowtide %s -- python3 app.py" % (a.cmd, a.cmd))
     if a.cmd in ("lib", "report") and command is not None:
         p.error("%s takes no command after --" % a.cmd)
 
