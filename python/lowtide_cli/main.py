@@ -1,5 +1,6 @@
 """`lowtide` argument parsing and dispatch to the subcommands."""
 import argparse
+import os
 import sys
 
 from . import locate
@@ -65,6 +66,15 @@ def parser():
 
 
 def main(argv, lib_candidates, build_hint):
+    try:
+        return dispatch(argv, lib_candidates, build_hint)
+    except BrokenPipeError:
+        # `lowtide report ... | head`: the reader left; not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def dispatch(argv, lib_candidates, build_hint):
     opts, command = split_command(argv)
     p = parser()
     a, extra = p.parse_known_args(opts)
