@@ -3,6 +3,7 @@ import glob
 import json
 import os
 import shlex
+import subprocess
 import sys
 import sysconfig
 import time
@@ -66,7 +67,6 @@ def run_env(name, lib, out):
 
 def measure(command, env, out, name, interval):
     """Run command to its end, sampling its process tree's RSS."""
-    import subprocess
     with open(os.path.join(out, name + ".out"), "wb") as so, open(os.path.join(out, name + ".err"), "wb") as se:
         t0 = time.monotonic()
         p = subprocess.Popen(command, env=env, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
