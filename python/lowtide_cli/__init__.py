@@ -1,0 +1,2 @@
+"""The `lowtide` command's implementation (scripts/lowtide is the entry
+point): run, lib, compare, report."""

@@ -1,0 +1,66 @@
+"""`lowtide report`: several JSON reports, one summary."""
+import json
+import sys
+
+from . import reports
+from .units import human
+
+
+def summary_lines(rows, total):
+    """The merged summary as text lines (also used by `lowtide compare`)."""
+    out = []
+    hdr = "%8s  %-28s %10s %10s %9s %9s %11s %11s %11s %7s"
+    out.append(hdr % ("pid", "command", "peak RSS", "RSS end", "allocs", "frees", "large out",
+                      "large peak", "given back", "threads"))
+    for r in rows:
+        cmd = r["command"].replace("\n", " ")
+        if len(cmd) > 28:
+            cmd = cmd[:27] + "…"
+        allocs = sum(r["calls_" + c] for c in ("malloc", "calloc", "realloc", "aligned"))
+        out.append(hdr % (r["pid"], cmd, human(r["peak_rss"]), human(r["rss"]), allocs, r["calls_free"],
+                          human(r["large_out"]), human(r["large_peak_live"]), human(r["large_returned_bytes"]),
+                          r["threads"]) + (" PARTIAL" if r["partial"] else ""))
+    t = total
+    allocs = sum(t["calls_" + c] for c in ("malloc", "calloc", "realloc", "aligned"))
+    out.append("")
+    out.append("total over %d process%s (sums, except where a peak says max):"
+               % (t["processes"], "" if t["processes"] == 1 else "es"))
+    out.append("  calls           malloc %d, calloc %d, realloc %d, aligned %d, free %d  (%d allocating)"
+               % (t["calls_malloc"], t["calls_calloc"], t["calls_realloc"], t["calls_aligned"],
+                  t["calls_free"], allocs))
+    for p in ("small", "large"):
+        out.append("  %-15s requested %s, handed out %s, freed %s, live at report %s"
+                   % (p + " path", human(t[p + "_requested"]), human(t[p + "_out"]), human(t[p + "_freed"]),
+                      human(t[p + "_live"])))
+    out.append("  large blocks    %d allocated (%d from the reuse cache), %d released, %d resized in place, "
+               "%d moved by mremap, %d copied"
+               % (t["large_maps"], t["large_reused"], t["large_unmaps"], t["large_in_place"],
+                  t["large_remaps"], t["large_copies"]))
+    out.append("  given back      %s to the OS by the large path; %s was still in its reuse cache at report"
+               % (human(t["large_returned_bytes"]), human(t["large_cached_bytes"])))
+    out.append("  peak RSS        max %s (largest single process), sum %s (upper bound: the processes "
+               "need not peak together)" % (human(t["peak_rss_max"]), human(t["peak_rss_sum"])))
+    out.append("  large peak live max %s, sum %s (same reading)"
+               % (human(t["large_peak_live_max"]), human(t["large_peak_live_sum"])))
+    out.append("  RSS at report   sum %s (each process's RSS when it wrote its report)" % human(t["rss"]))
+    if t["partial"]:
+        out.append("  PARTIAL         at least one report was read without the registry lock")
+    return out
+
+
+def main(paths, as_json=False):
+    rows, total, problems = reports.load_and_merge(paths)
+    for p in problems:
+        print("lowtide report: " + p, file=sys.stderr)
+    if not rows:
+        print("lowtide report: no usable report among %d file(s)" % len(paths), file=sys.stderr)
+        return 1
+    pids = [r["pid"] for r in rows]
+    for pid in sorted(set(p for p in pids if pids.count(p) > 1)):
+        print("lowtide report: warning: pid %d appears in %d files; each is counted"
+              % (pid, pids.count(pid)), file=sys.stderr)
+    if as_json:
+        print(json.dumps({"processes": rows, "total": total}, indent=1))
+    else:
+        print("\n".join(summary_lines(rows, total)))
+    return 1 if problems else 0

@@ -1,0 +1,87 @@
+"""Reading lowtide's JSON reports (docs/report.md, schema_version 1) and
+merging several, one per process, into one summary."""
+import json
+
+SCHEMA = "lowtide-report"
+SCHEMA_VERSION = 1
+CALLS = ("malloc", "calloc", "realloc", "aligned", "free")
+PATH_KEYS = ("requested", "out", "freed", "live")
+# large.* counters that add up across processes; large.live and
+# large.peak_live are process-wide levels, handled apart.
+LARGE_SUMS = ("maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes",
+              "returned_bytes", "cross_up", "cross_down", "fallback", "reused", "cached_frees",
+              "cached_bytes")
+
+
+class BadReport(ValueError):
+    pass
+
+
+def load(path):
+    """The JSON report in path. A LOWTIDE_STATS=both file (text, then the
+    JSON object) is read from its JSON line on."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    start = 0 if text.lstrip().startswith("{") else text.find('\n{"schema"')
+    if start < 0:
+        raise BadReport("%s: no JSON report in it (was it written with LOWTIDE_STATS=json?)" % path)
+    try:
+        r = json.loads(text[start:])
+    except json.JSONDecodeError as e:
+        raise BadReport("%s: not valid JSON (%s)" % (path, e)) from None
+    if not isinstance(r, dict) or r.get("schema") != SCHEMA:
+        raise BadReport("%s: not a lowtide report" % path)
+    if r.get("schema_version") != SCHEMA_VERSION:
+        raise BadReport("%s: schema_version %r; this lowtide reads version %d"
+                        % (path, r.get("schema_version"), SCHEMA_VERSION))
+    return r
+
+
+def process_row(r, path):
+    """The per-process numbers the summary shows, flat."""
+    t, lg, p = r["totals"], r["large"], r["process"]
+    row = {"file": path, "pid": r["pid"], "command": r["command"], "version": r["version"],
+           "uptime_s": r["uptime_s"], "partial": r["partial"], "threads": len(r["threads"]),
+           "peak_rss": p["peak_rss"], "rss": p["rss"], "large_peak_live": lg["peak_live"],
+           "large_live": lg["live"]}
+    for c in CALLS:
+        row["calls_" + c] = t["calls"][c]
+    for path_name in ("small", "large"):
+        for k in PATH_KEYS:
+            row["%s_%s" % (path_name, k)] = t[path_name][k]
+    for k in LARGE_SUMS:
+        row["large_" + k] = lg[k]
+    return row
+
+
+# Keys of a row that add up to a meaningful total.
+SUM_KEYS = (["calls_" + c for c in CALLS]
+            + ["%s_%s" % (p, k) for p in ("small", "large") for k in PATH_KEYS]
+            + ["large_" + k for k in LARGE_SUMS]
+            + ["threads", "rss", "large_live"])
+# Per-process peaks: their max is a lower bound of the processes' combined
+# peak, their sum an upper bound (the processes need not peak together).
+PEAK_KEYS = ("peak_rss", "large_peak_live")
+
+
+def merge(rows):
+    total = {"processes": len(rows), "partial": any(r["partial"] for r in rows)}
+    for k in SUM_KEYS:
+        total[k] = sum(r[k] for r in rows)
+    for k in PEAK_KEYS:
+        total[k + "_max"] = max((r[k] for r in rows), default=0)
+        total[k + "_sum"] = sum(r[k] for r in rows)
+    return total
+
+
+def load_and_merge(paths):
+    """(rows, total, problems): problems lists files that could not be used."""
+    rows, problems = [], []
+    for path in paths:
+        try:
+            rows.append(process_row(load(path), path))
+        except (OSError, BadReport, KeyError, TypeError) as e:
+            problems.append(str(e) if not isinstance(e, (KeyError, TypeError))
+                            else "%s: missing or malformed field %s" % (path, e))
+    rows.sort(key=lambda r: (r["pid"], r["file"]))
+    return rows, merge(rows), problems

@@ -1,0 +1,85 @@
+"""`lowtide run` and `lowtide lib` from the source tree:
+
+  run_test.py LAUNCHER BUILD_DIR
+
+The launcher finds the library through LOWTIDE_BUILD_DIR; run execs the
+command (same pid, exit status and signals pass through), puts lowtide first
+in LD_PRELOAD keeping what was there, and passes the settings on."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from tools_common import check, clean_env, finish, run, TIMEOUT
+
+launcher, build = sys.argv[1], os.path.abspath(sys.argv[2])
+lib = os.path.realpath(os.path.join(build, "src", "liblowtide.so"))
+env = clean_env(LOWTIDE_BUILD_DIR=build)
+py = "/usr/bin/python3"
+
+rc, out, err = run([launcher, "lib"], env)
+check(rc == 0 and out == lib + "\n", "lowtide lib -> %r (rc %d, %s)" % (out, rc, err))
+
+# An explicit build directory without the library is an error naming it,
+# not a silent fallback to another build.
+with tempfile.TemporaryDirectory(prefix="lowtide-nobuild-") as empty:
+    rc, out, err = run([launcher, "lib"], clean_env(LOWTIDE_BUILD_DIR=empty))
+    check(rc == 1 and out == "" and os.path.join(empty, "src", "liblowtide.so") in err,
+          "lib with an empty LOWTIDE_BUILD_DIR: rc %d, %r" % (rc, err))
+
+# exec: the command has the launcher's pid; preload order and settings.
+other = os.path.realpath(os.path.join("/lib", sysconfig.get_config_var("MULTIARCH"), "libm.so.6"))
+probe = ("import json, os\n"
+         "maps = open('/proc/self/maps').read()\n"
+         "print(json.dumps({'pid': os.getpid(), 'preload': os.environ.get('LD_PRELOAD'),"
+         " 'mapped': %r in maps,"
+         " 'env': {k: v for k, v in os.environ.items() if k.startswith('LOWTIDE_')}}))" % lib)
+with tempfile.TemporaryDirectory(prefix="lowtide-run-") as tmp:
+    p = subprocess.Popen([launcher, "run", "--cutoff", "512K", "--stats", "json",
+                          "--stats-file", os.path.join(tmp, "r.%p.json"), "--", py, "-c", probe],
+                         env=dict(env, LD_PRELOAD=other, LOWTIDE_OWNER_PID="1", LOWTIDE_CACHE="0"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=TIMEOUT)
+    check(p.returncode == 0, "run rc %d: %s" % (p.returncode, err.decode()))
+    got = json.loads(out)
+    check(got["pid"] == p.pid, "exec: command pid %d == launcher pid %d" % (got["pid"], p.pid))
+    check(got["preload"] == lib + ":" + other, "LD_PRELOAD lowtide first, old kept: %r" % got["preload"])
+    check(got["mapped"], "liblowtide.so mapped in the command")
+    check(got["env"].get("LOWTIDE_CUTOFF") == "512K" and got["env"].get("LOWTIDE_STATS") == "json"
+          and got["env"].get("LOWTIDE_CACHE") == "0" and got["env"].get("LOWTIDE_OWNER_PID") == str(p.pid),
+          "settings passed, others kept, inherited owner marker dropped: %r" % got["env"])
+    report = os.path.join(tmp, "r.%d.json" % p.pid)
+    check(os.path.exists(report), "report %s written" % report)
+    if os.path.exists(report):
+        with open(report) as f:
+            r = json.load(f)
+        check(r["pid"] == p.pid and r["cutoff"] == 512 * 1024, "report pid and cutoff 512K: %r" % r["cutoff"])
+
+    # --stats-file alone: the format follows the file name. An inherited
+    # owner marker would make the command a child that writes no report to
+    # a name without %p; run drops it, so the command owns its report.
+    rc, out, err = run([launcher, "run", "--stats-file", os.path.join(tmp, "t.txt"), "--", py, "-c", "pass"],
+                       dict(env, LOWTIDE_OWNER_PID="1"))
+    with open(os.path.join(tmp, "t.txt")) as f:
+        check(rc == 0 and f.read().startswith("==== lowtide "), "--stats-file t.txt -> text report")
+
+# Exit status and death by signal pass through.
+rc, out, err = run([launcher, "run", "--", py, "-c", "import sys; sys.exit(7)"], env)
+check(rc == 7, "exit status 7 passes through: %d" % rc)
+rc, out, err = run([launcher, "run", "--", py, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], env)
+check(rc == -signal.SIGTERM, "SIGTERM passes through: %d" % rc)
+
+# Mistakes are reported, not run.
+rc, out, err = run([launcher, "run", "--cutoff", "12X", "--", py, "-c", "pass"], env)
+check(rc == 2 and "--cutoff" in err and "not a size" in err, "bad --cutoff: rc %d %r" % (rc, err))
+rc, out, err = run([launcher, "run", "--", "/nonexistent/prog"], env)
+check(rc == 127 and "cannot run /nonexistent/prog" in err, "missing command: rc %d %r" % (rc, err))
+rc, out, err = run([launcher, "run", py], env)
+check(rc == 2 and "needs `--` before the command" in err, "no --: rc %d %r" % (rc, err))
+rc, out, err = run([launcher, "--help"], env)
+check(rc == 0 and all(s in out for s in ("run", "lib", "compare", "report")), "--help lists subcommands")
+
+finish()
