@@ -102,6 +102,23 @@ void start_thread() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// Hand out the first `want` granules of entry i (all of it if it has no
+// more): the rest stays cached where it is, with its age. Under mu.
+std::uint32_t cut(int i, std::uint32_t want) {
+  Entry& e = entries[i];
+  std::uint32_t s = e.start;
+  if (e.n <= want) {
+    remove_at(i);
+  } else {
+    g.arena.split(e.start, e.n, want);
+    e.start += want;
+    e.n -= want;
+    bytes_held -= std::size_t{want} << Arena::kGranuleShift;
+  }
+  recompute_oldest();
+  return s;
+}
+
 }  // namespace
 
 void init() {
@@ -155,12 +172,11 @@ bool put(std::uint32_t start, std::uint32_t n) {
 std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                    std::uint32_t* got) {
   if (held_view.load(std::memory_order_relaxed) == 0) return Arena::kNone;
-  std::uint64_t limit = for_growth ? std::uint64_t{need} * 4 + 2 : UINT64_MAX;
   pthread_mutex_lock(&mu);
   int best = -1;
   for (int i = 0; i < count; ++i) {
     const Entry& e = entries[i];
-    if (e.n < need || e.n > limit) continue;
+    if (e.n < need) continue;
     std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(g.arena.addr(e.start + skew_g));
     if (align_g > 1 && addr % (std::uintptr_t{align_g} * G) != 0) continue;
     if (best < 0 || e.n < entries[best].n || (e.n == entries[best].n && e.freed_ns > entries[best].freed_ns))
@@ -168,23 +184,29 @@ std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew
   }
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
-    Entry& e = entries[best];
-    s = e.start;
-    if (for_growth || e.n == need) {
-      *got = e.n;
-      remove_at(best);
-    } else {
-      // Hand out the front, keep the rest where it is: no syscall, no fault.
-      g.arena.split(e.start, e.n, need);
-      *got = need;
-      e.start += need;
-      e.n -= need;
-      bytes_held -= std::size_t{need} << Arena::kGranuleShift;
-    }
-    recompute_oldest();
+    std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
+    *got = want < entries[best].n ? want : entries[best].n;
+    s = cut(best, want);
   }
   pthread_mutex_unlock(&mu);
   return s;
+}
+
+bool take_at(std::uint32_t at, std::uint32_t n) {
+  if (held_view.load(std::memory_order_relaxed) == 0) return false;
+  bool ok = false;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < count; ++i) {
+    if (entries[i].start == at) {
+      if (entries[i].n >= n) {
+        cut(i, n);
+        ok = true;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return ok;
 }
 
 std::size_t purge(bool all) {

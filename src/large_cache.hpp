@@ -13,15 +13,18 @@ namespace lowtide::cache {
 // Cached extents that touch are joined into one.
 bool put(std::uint32_t start, std::uint32_t n);
 
-// A cached extent of `need` granules whose start granule + skew is aligned to
-// align_g granules; kNone if none. The smallest cached extent that fits is
-// cut: its first `need` granules are handed out and the rest stays cached,
-// committed, with its age, so any mix of sizes reuses warm pages.
-// `for_growth`: the block is being grown by realloc; a cached block up to 4x
-// the size is taken whole, so the growth that follows happens in place.
-// *got is the length handed out (need, or more for growth).
+// A cached extent for a block of `need` granules whose start granule + skew
+// is aligned to align_g granules; kNone if none. The smallest cached extent
+// that fits is cut: its first `need` granules are handed out (4 * need for a
+// block being grown by realloc, so the growth steps that follow land in
+// place) and the rest stays cached, committed, with its age: any mix of sizes
+// reuses warm pages. *got is the length handed out.
 std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                    std::uint32_t* got);
+
+// The first n granules of the cached extent that starts at granule `at`, if
+// there is one that long: a block ending at `at` grows into them in place.
+bool take_at(std::uint32_t at, std::uint32_t n);
 
 // Return everything that has been cached longer than the decay period (all of
 // it when `all`). Returns the bytes given back.
