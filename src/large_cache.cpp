@@ -36,6 +36,13 @@ std::uint64_t decay_ns = 0;
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
 std::atomic<std::uint64_t> oldest_ns{UINT64_MAX};
+// When take() last served a block. While the cache is being drawn from, an
+// entry may outlive the decay period, up to kBusyAgeFactor times it: a loop
+// working through a batch of freed buffers (a second round of the same job)
+// finds them still there, and what nobody takes still goes back within a
+// few periods.
+std::atomic<std::uint64_t> last_take_ns{0};
+constexpr std::uint64_t kBusyAgeFactor = 4;
 
 std::uint64_t now_ns() {
   timespec ts;
@@ -119,6 +126,40 @@ std::uint32_t cut(int i, std::uint32_t want) {
   return s;
 }
 
+int oldest() {  // under mu, count > 0
+  int o = 0;
+  for (int i = 1; i < count; ++i)
+    if (entries[i].freed_ns < entries[o].freed_ns) o = i;
+  return o;
+}
+
+// Take at least `bytes` out of the cache into out[], oldest first; of the
+// last entry touched only the granules needed (its front), since joined
+// entries can be large. Returns how many entries out[] got. Under mu.
+int trim_oldest(std::size_t bytes, Entry* out) {
+  int n = 0;
+  while (bytes != 0 && count > 0) {
+    int o = oldest();
+    Entry& e = entries[o];
+    std::size_t len = std::size_t{e.n} << Arena::kGranuleShift;
+    if (len <= bytes) {
+      out[n++] = e;
+      bytes -= len;
+      remove_at(o);
+    } else {
+      auto k = static_cast<std::uint32_t>((bytes + G - 1) >> Arena::kGranuleShift);
+      g.arena.split(e.start, e.n, k);
+      out[n++] = Entry{e.start, k, e.freed_ns};
+      e.start += k;
+      e.n -= k;
+      bytes_held -= std::size_t{k} << Arena::kGranuleShift;
+      bytes = 0;
+    }
+  }
+  recompute_oldest();
+  return n;
+}
+
 }  // namespace
 
 void init() {
@@ -149,20 +190,16 @@ bool put(std::uint32_t start, std::uint32_t n) {
       ++i;
     }
   }
-  // Make room: oldest first, until the new block fits under the cap.
-  while (count > 0 && (bytes_held + len > cap || count == kSlots)) {
-    int o = 0;
-    for (int i = 1; i < count; ++i)
-      if (entries[i].freed_ns < entries[o].freed_ns) o = i;
+  // Make room: a slot, then bytes, oldest first (possibly the front of the
+  // block just joined, if it alone is past the cap).
+  if (count == kSlots) {
+    int o = oldest();
     evicted[nev++] = entries[o];
     remove_at(o);
   }
-  if (bytes_held + len > cap) {  // joined past the cap: give it all back
-    evicted[nev++] = Entry{start, n, now};
-  } else {
-    entries[count++] = Entry{start, n, now};
-    bytes_held += len;
-  }
+  entries[count++] = Entry{start, n, now};
+  bytes_held += len;
+  if (bytes_held > cap) nev += trim_oldest(bytes_held - cap, evicted + nev);
   recompute_oldest();
   pthread_mutex_unlock(&mu);
   give_back(evicted, nev);
@@ -184,6 +221,7 @@ std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew
   }
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
+    last_take_ns.store(now_ns(), std::memory_order_relaxed);
     std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
     *got = want < entries[best].n ? want : entries[best].n;
     s = cut(best, want);
@@ -200,6 +238,7 @@ bool take_at(std::uint32_t at, std::uint32_t n) {
     if (entries[i].start == at) {
       if (entries[i].n >= n) {
         cut(i, n);
+        last_take_ns.store(now_ns(), std::memory_order_relaxed);
         ok = true;
       }
       break;
@@ -212,12 +251,14 @@ bool take_at(std::uint32_t at, std::uint32_t n) {
 std::size_t purge(bool all) {
   if (held_view.load(std::memory_order_relaxed) == 0) return 0;
   std::uint64_t now = now_ns();
-  if (!all && now - oldest_ns.load(std::memory_order_relaxed) < decay_ns) return 0;
+  std::uint64_t max_age = decay_ns;
+  if (now - last_take_ns.load(std::memory_order_relaxed) < decay_ns) max_age = decay_ns * kBusyAgeFactor;
+  if (!all && now - oldest_ns.load(std::memory_order_relaxed) < max_age) return 0;
   Entry out[kSlots];
   int n = 0;
   pthread_mutex_lock(&mu);
   for (int i = 0; i < count;) {
-    if (all || now - entries[i].freed_ns >= decay_ns) {
+    if (all || now - entries[i].freed_ns >= max_age) {
       out[n++] = entries[i];
       remove_at(i);
     } else {
@@ -232,20 +273,9 @@ std::size_t purge(bool all) {
 void evict_for(std::size_t want) {
   std::size_t held = held_view.load(std::memory_order_relaxed);
   if (held + want <= kMissSlack) return;
-  want = held + want - kMissSlack;
   Entry out[kSlots];
-  int n = 0;
-  std::size_t got = 0;
   pthread_mutex_lock(&mu);
-  while (count > 0 && got < want) {
-    int o = 0;
-    for (int i = 1; i < count; ++i)
-      if (entries[i].freed_ns < entries[o].freed_ns) o = i;
-    got += std::size_t{entries[o].n} << Arena::kGranuleShift;
-    out[n++] = entries[o];
-    remove_at(o);
-  }
-  recompute_oldest();
+  int n = bytes_held + want > kMissSlack ? trim_oldest(bytes_held + want - kMissSlack, out) : 0;
   pthread_mutex_unlock(&mu);
   give_back(out, n);
 }

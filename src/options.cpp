@@ -36,7 +36,8 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
      "Freed large blocks kept committed for reuse, at most this many bytes; 0 "
      "returns every large block to the OS at free."},
     {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0,
-     "A cached block not reused for this many milliseconds is returned to the OS."},
+     "A cached block not reused for this many milliseconds is returned to the OS "
+     "(up to 4x as long while the cache is still being drawn from)."},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2,
      "on: a helper thread (started at the first large allocation, signals blocked) "
      "returns decayed blocks while the process is quiet; off: only later "
