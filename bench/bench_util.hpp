@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace bench {
 
@@ -96,6 +98,28 @@ inline void touch(void* p, std::size_t n) {
 
 inline double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The clock starts when every worker has done its setup: each calls
+// start_line() when ready and waits there for the others.
+inline std::atomic<int> g_ready{0};
+inline std::atomic<bool> g_go{false};
+inline void start_line() {
+  g_ready.fetch_add(1);
+  while (!g_go.load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+// Run body(t) on n threads; returns the wall seconds from the start line
+// until all have finished.
+template <typename Body>
+double run_threads(int n, Body body) {
+  std::vector<std::thread> ts;
+  for (int t = 0; t < n; ++t) ts.emplace_back(body, t);
+  while (g_ready.load() < n) std::this_thread::yield();
+  auto t0 = std::chrono::steady_clock::now();
+  g_go.store(true, std::memory_order_release);
+  for (auto& t : ts) t.join();
+  return since(t0);
 }
 
 // Sample rss_after_free now, sleep kDecayS, sample again and print the line.

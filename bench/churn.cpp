@@ -19,14 +19,11 @@ namespace {
 constexpr int kSlots = 10'000;          // live objects per thread
 constexpr long kOpsPerThread = 10'000'000;  // at scale 1
 
-std::atomic<int> g_ready{0};
-std::atomic<bool> g_go{false};
 
 void worker(int id, long ops) {
   bench::Rng rng(0x5eed0000u + static_cast<unsigned>(id) * 7919u);
   std::vector<void*> slot(kSlots, nullptr);
-  g_ready.fetch_add(1);
-  while (!g_go.load(std::memory_order_acquire)) std::this_thread::yield();
+  bench::start_line();
   for (long i = 0; i < ops; ++i) {
     std::uint32_t k = rng.below(kSlots);
     std::free(slot[k]);
@@ -46,13 +43,7 @@ int main(int argc, char** argv) {
   const long ops = std::lround(static_cast<double>(kOpsPerThread) * bench::scale(argc, argv));
   const long rss_before = bench::read_status().rss;
 
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) ts.emplace_back(worker, t, ops);
-  while (g_ready.load() < threads) std::this_thread::yield();
-  auto t0 = std::chrono::steady_clock::now();
-  g_go.store(true, std::memory_order_release);
-  for (auto& t : ts) t.join();
-  const double wall = bench::since(t0);
+  const double wall = bench::run_threads(threads, [&](int t) { worker(t, ops); });
 
   const double total = static_cast<double>(ops) * threads;
   char extra[256];

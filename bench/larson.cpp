@@ -53,8 +53,6 @@ struct Inbox {
 };
 
 std::vector<std::unique_ptr<Inbox>> g_inbox;
-std::atomic<int> g_ready{0};
-std::atomic<bool> g_go{false};
 
 long drain(Inbox& in) {
   Batch b;
@@ -85,8 +83,7 @@ void worker(int id, int nthreads, long ops) {
     }
     nout = 0;
   };
-  g_ready.fetch_add(1);
-  while (!g_go.load(std::memory_order_acquire)) std::this_thread::yield();
+  bench::start_line();
 
   for (long i = 0; i < ops; ++i) {
     std::uint32_t k = rng.below(kSlots);
@@ -125,13 +122,7 @@ int main(int argc, char** argv) {
   const long rss_before = bench::read_status().rss;
   for (int t = 0; t < threads; ++t) g_inbox.push_back(std::make_unique<Inbox>());
 
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) ts.emplace_back(worker, t, threads, ops);
-  while (g_ready.load() < threads) std::this_thread::yield();
-  auto t0 = std::chrono::steady_clock::now();
-  g_go.store(true, std::memory_order_release);
-  for (auto& t : ts) t.join();
-  const double wall = bench::since(t0);
+  const double wall = bench::run_threads(threads, [&](int t) { worker(t, threads, ops); });
 
   const double total = static_cast<double>(ops) * threads;
   char extra[256];
