@@ -176,6 +176,7 @@ def run_workload(total_bytes=1200 * 1000 * 1000, threads=4,
         "rss_after": rss_after,
         "per_round": per_round,
         "wall_s": round(t1 - t0, 3),
+        "settle_s": settle,
     }
     # keepers were alive through the measurement; now they may go
     del keepers
