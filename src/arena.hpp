@@ -59,6 +59,32 @@ class Arena {
   // one pointer, exactly one gets the block.
   std::uint32_t claim(const void* user);
 
+  // Calls f(user, first granule, granules) for every live block, walking
+  // the extents under the lock (`try_only`: at exit, never wait; then the
+  // walk reads without it, bounded by the table, and returns false). f runs
+  // under the lock: it must not allocate.
+  template <typename F>
+  bool for_each_live(F f, bool try_only) {
+    bool locked = try_only ? pthread_mutex_trylock(&mu_) == 0 : pthread_mutex_lock(&mu_) == 0;
+    for (std::uint32_t s = 0; s < granules_;) {
+      std::uint32_t t = tag_[s];
+      std::uint32_t n = t & kLenMask;
+      if (n == 0 || n > granules_ - s) break;
+      // The user pointer is in the first granule, or the second for
+      // alignments above a granule; a cached extent has none.
+      for (std::uint32_t k = 0; (t & kUsed) && k < 2 && k < n; ++k) {
+        std::uint64_t v = live_[s + k].load(std::memory_order_acquire);
+        if ((v >> 63) != 0 && static_cast<std::uint32_t>(v) == s) {
+          f(addr(s + k) + (((v >> 32) & 0x7fffffff) << 4), s, n);
+          break;
+        }
+      }
+      s += n;
+    }
+    if (locked) unlock();
+    return locked;
+  }
+
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
   void reset_after_fork() { pthread_mutex_init(&mu_, nullptr); }
