@@ -112,8 +112,11 @@ void gather(Data* d, bool at_exit) {
 }
 
 void text(fmt::memory_buffer& o, const Data& d, bool at_exit) {
+  // Without call sites the text report stays as it was (the JSON still lists
+  // live blocks, all without a site).
+  if (!sites::enabled) return;
   auto out = std::back_inserter(o);
-  if (sites::enabled) {
+  {
     std::uint64_t t = sites::interval();
     fmt::format_to(out, "\n-- top {} large-allocation sites (by peak live bytes; {}) --\n", sites::shown(),
                    t == 0 ? std::string("every large block captured")
@@ -138,7 +141,7 @@ void text(fmt::memory_buffer& o, const Data& d, bool at_exit) {
   fmt::format_to(out, "{:>6}{:>8}{:>12}  {}\n", "site", "blocks", "bytes", "where / sizes");
   for (const LiveGroup& grp : d.live) {
     std::string where;
-    if (grp.site == 0) where = sites::enabled ? "(not sampled, or allocated before start-up)" : "(call sites off)";
+    if (grp.site == 0) where = "(not sampled, or allocated before start-up)";
     else if (grp.site == sites::kFullSite) where = "(site table full)";
     else if (const sites::SiteRow* r = find_row(d, grp.site); r != nullptr && r->nframes != 0)
       where = frame_text(symbolize::frame(r->frames[0]));
