@@ -13,6 +13,7 @@ namespace {
 
 constexpr std::size_t kSizesShown = 32;   // sizes listed per live group
 constexpr std::uint32_t kTextFrames = 24;  // frames per site in the text report
+constexpr std::size_t kTextSizes = 8;      // sizes per live group in the text report
 
 std::string human(double v) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -59,7 +60,7 @@ void gather(Data* d, bool at_exit) {
   // The report's own buffers are not the program's: no site for them.
   std::uint16_t was = t_local.in_capture;
   t_local.in_capture = 1;
-  if (sites::enabled) {
+  if (sites::enabled.load()) {
     std::vector<sites::SiteRow> rows(sites::count() + 8);
     rows.resize(sites::read_sites(rows.data(), rows.size()));
     std::sort(rows.begin(), rows.end(), [](const sites::SiteRow& a, const sites::SiteRow& b) {
@@ -114,7 +115,7 @@ void gather(Data* d, bool at_exit) {
 void text(fmt::memory_buffer& o, const Data& d, bool at_exit) {
   // Without call sites the text report stays as it was (the JSON still lists
   // live blocks, all without a site).
-  if (!sites::enabled) return;
+  if (!sites::enabled.load()) return;
   auto out = std::back_inserter(o);
   {
     std::uint64_t t = sites::interval();
@@ -149,8 +150,9 @@ void text(fmt::memory_buffer& o, const Data& d, bool at_exit) {
     fmt::format_to(out, "{:>6}{:>8}{:>12}  {}\n", grp.site == 0 ? std::string("-") : fmt::format("{}", grp.site),
                    grp.blocks, human(static_cast<double>(grp.bytes)), where);
     std::string sizes;
-    for (std::uint64_t s : grp.sizes) sizes += (sizes.empty() ? "" : ", ") + human(static_cast<double>(s));
-    if (grp.blocks > grp.sizes.size()) sizes += fmt::format(", ... ({} more)", grp.blocks - grp.sizes.size());
+    std::size_t k = 0;
+    for (; k < grp.sizes.size() && k < kTextSizes; ++k) sizes += (k ? ", " : "") + human(static_cast<double>(grp.sizes[k]));
+    if (grp.blocks > k) sizes += fmt::format(", ... ({} more)", grp.blocks - k);
     fmt::format_to(out, "{:>28}{}\n", "", sizes);
   }
   if (d.live_missed != 0) fmt::format_to(out, "({} blocks allocated while the list was taken are not in it)\n", d.live_missed);
@@ -161,8 +163,8 @@ void json(fmt::memory_buffer& o, const Data& d) {
   auto r0 = [](double v) { return static_cast<std::int64_t>(v < 0 ? v - 0.5 : v + 0.5); };
   fmt::format_to(out, ",\n \"sites\": {{\"enabled\": {}, \"shown\": {}, \"sample_interval\": {}, \"count\": {}, "
                  "\"table_full\": {}, \"top\": [",
-                 sites::enabled ? "true" : "false", sites::enabled ? sites::shown() : 0u,
-                 sites::enabled ? sites::interval() : 0u, d.all.size(), sites::table_full() ? "true" : "false");
+                 sites::enabled.load() ? "true" : "false", sites::enabled.load() ? sites::shown() : 0u,
+                 sites::enabled.load() ? sites::interval() : 0u, d.all.size(), sites::table_full() ? "true" : "false");
   bool first = true;
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];

@@ -14,7 +14,7 @@
 
 namespace lowtide::sites {
 
-bool enabled = false;
+std::atomic<bool> enabled{false};
 
 namespace {
 
@@ -220,7 +220,7 @@ void allocated(const Sample& smp, std::size_t usable) {
 }
 
 void released(const BlockHeader* h, const void* user, std::size_t usable) {
-  if (!enabled || !header_valid(h, user)) return;
+  if (!enabled.load(std::memory_order_relaxed) || !header_valid(h, user)) return;
   // The header is the host's to overwrite: an id it could have garbled is
   // checked before it indexes anything.
   std::uint32_t id = h->site;
@@ -231,7 +231,7 @@ void released(const BlockHeader* h, const void* user, std::size_t usable) {
 }
 
 void resized(const BlockHeader* h, std::size_t old_usable, std::size_t new_usable, bool moved) {
-  if (!enabled) return;
+  if (!enabled.load(std::memory_order_relaxed)) return;
   std::uint32_t id = h->site;
   if (id == 0 || id >= kSites) return;
   Site& s = table[id];
@@ -257,11 +257,11 @@ void start() {
   modules = reinterpret_cast<Module*>(reinterpret_cast<char*>(frames) + kFramePool * sizeof(Frame));
   strings = reinterpret_cast<char*>(modules + kModules);
   if (!unwind::load()) return;
-  enabled = true;
+  enabled.store(true, std::memory_order_release);
 }
 
 void fork_prepare() {
-  if (!enabled) return;
+  if (!enabled.load(std::memory_order_relaxed)) return;
   fork_pending.store(true, std::memory_order_seq_cst);
   // Bounded: a capture waiting on a loader lock the forking thread holds
   // (fork from a library constructor) must not hang the fork.
@@ -272,12 +272,12 @@ void fork_prepare() {
   pthread_mutex_lock(&mu);
 }
 void fork_parent() {
-  if (!enabled) return;
+  if (!enabled.load(std::memory_order_relaxed)) return;
   pthread_mutex_unlock(&mu);
   fork_pending.store(false, std::memory_order_seq_cst);
 }
 void fork_child() {
-  if (!enabled) return;
+  if (!enabled.load(std::memory_order_relaxed)) return;
   pthread_mutex_init(&mu, nullptr);
   capturing.store(0, std::memory_order_relaxed);
   fork_pending.store(false, std::memory_order_seq_cst);

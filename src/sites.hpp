@@ -23,7 +23,7 @@ constexpr std::uint32_t kFullSite = 1;
 constexpr int kMaxFrames = 64;
 constexpr std::uint32_t kWeightOne = 256;  // weights are fixed-point, 1/256ths
 
-extern bool enabled;  // set once, by the constructor
+extern std::atomic<bool> enabled;  // set once, by the constructor
 
 struct Sample {
   std::uint32_t site;    // 0: not sampled
@@ -35,7 +35,7 @@ Sample sample_slow(std::size_t size);
 // On every fresh large allocation (not resizes), before any lock is taken:
 // the capture may unwind and look up modules.
 inline Sample on_allocate(std::size_t size) {
-  if (__builtin_expect(!enabled, 1)) return {0, 0};
+  if (__builtin_expect(!enabled.load(std::memory_order_relaxed), 1)) return {0, 0};
   ThreadLocal& t = t_local;
   t.site_left -= static_cast<std::int64_t>(size > (std::size_t{1} << 62) ? std::size_t{1} << 62 : size);
   if (__builtin_expect(t.site_left > 0, 1)) return {0, 0};
