@@ -97,7 +97,7 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   void* user = base + off;
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
                 origin, flags, current_tid(), site.site, site.weight);
-  a.publish(user, s);
+  a.publish(user, s, site.site);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
   std::size_t usable = bytes - off;
   stats::add(st, stats::kLargeRequested, size);
@@ -278,7 +278,7 @@ void* resize(void* p, std::size_t size) {
   a.claim(p);
   give_back(base, old_bytes);
   a.release(s, n);
-  a.publish(user, ns);
+  a.publish(user, ns, nh->site);
   if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
   return user;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "header.hpp"
 #include "state.hpp"
 #include "symbolize.hpp"
 
@@ -79,18 +78,17 @@ void gather(Data* d, bool at_exit) {
   std::size_t n = 0;
   std::uint64_t missed = 0;
   d->live_partial = !g.arena.for_each_live(
-      [&](char* user, std::uint32_t first, std::uint32_t granules) {
+      // Never the block's header: another thread may be freeing the block
+      // (its live slot cleared, its pages being replaced) as we pass.
+      [&](char* user, std::uint32_t first, std::uint32_t granules, std::uint32_t site) {
         if (user == reinterpret_cast<char*>(blocks.data())) return;
         if (n == blocks.size()) {
           ++missed;
           return;
         }
-        const BlockHeader* h = header_of(user);
         std::uint64_t usable = (std::uint64_t{granules} << Arena::kGranuleShift) -
                                static_cast<std::uint64_t>(user - g.arena.addr(first));
-        bool ok = header_valid(h, user);
-        std::uint32_t site = ok && h->site < sites::kSites ? h->site : 0;
-        blocks[n++] = {site, usable, ok ? h->requested : usable};
+        blocks[n++] = {site < sites::kSites ? site : 0, usable};
       },
       at_exit);
   t_local.in_capture = was;
@@ -100,11 +98,10 @@ void gather(Data* d, bool at_exit) {
     return a.site != b.site ? a.site < b.site : a.usable > b.usable;
   });
   for (const LiveBlock& b : blocks) {
-    if (d->live.empty() || d->live.back().site != b.site) d->live.push_back(LiveGroup{b.site, 0, 0, 0, {}});
+    if (d->live.empty() || d->live.back().site != b.site) d->live.push_back(LiveGroup{b.site, 0, 0, {}});
     LiveGroup& grp = d->live.back();
     ++grp.blocks;
     grp.bytes += b.usable;
-    grp.requested += b.requested;
     if (grp.sizes.size() < kSizesShown) grp.sizes.push_back(b.usable);
   }
   std::sort(d->live.begin(), d->live.end(), [](const LiveGroup& a, const LiveGroup& b) {
@@ -186,8 +183,8 @@ void json(fmt::memory_buffer& o, const Data& d) {
                  d.live_missed);
   first = true;
   for (const LiveGroup& grp : d.live) {
-    fmt::format_to(out, "{}\n  {{\"site\": {}, \"blocks\": {}, \"bytes\": {}, \"requested\": {}, \"sizes\": [",
-                   first ? "" : ",", grp.site, grp.blocks, grp.bytes, grp.requested);
+    fmt::format_to(out, "{}\n  {{\"site\": {}, \"blocks\": {}, \"bytes\": {}, \"sizes\": [",
+                   first ? "" : ",", grp.site, grp.blocks, grp.bytes);
     first = false;
     for (std::size_t i = 0; i < grp.sizes.size(); ++i) fmt::format_to(out, "{}{}", i == 0 ? "" : ", ", grp.sizes[i]);
     fmt::format_to(out, "]}}");

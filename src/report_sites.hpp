@@ -12,12 +12,12 @@ namespace lowtide::report_sites {
 
 struct LiveBlock {
   std::uint32_t site;
-  std::uint64_t usable, requested;
+  std::uint64_t usable;
 };
 
 struct LiveGroup {
   std::uint32_t site;
-  std::uint64_t blocks = 0, bytes = 0, requested = 0;
+  std::uint64_t blocks = 0, bytes = 0;
   std::vector<std::uint64_t> sizes;  // usable sizes, largest first (at most kSizesShown)
 };
 

@@ -18,7 +18,7 @@
 
 namespace lowtide::sites {
 
-constexpr std::uint32_t kSites = 4096;     // table slots; id 0 = none, 1 = table full
+constexpr std::uint32_t kSites = 4096;     // table slots; id 0 = none, 1 = table full (ids fit the arena's 12-bit tag)
 constexpr std::uint32_t kFullSite = 1;
 constexpr int kMaxFrames = 64;
 constexpr std::uint32_t kWeightOne = 256;  // weights are fixed-point, 1/256ths
