@@ -2,9 +2,11 @@
 // dlcloses a library (whose constructor allocates a large block) in a loop
 // while three others allocate large blocks, every one of them captured
 // (LOWTIDE_SITE_SAMPLE=0), and the main thread forks children that allocate
-// large blocks too. Every wait is bounded (watchdog, waitpid deadline).
+// large blocks too, and writes on-demand reports (which walk the live large
+// blocks while the others free theirs). Every wait is bounded (watchdog,
+// waitpid deadline).
 //
-// Usage: sites_dlopen <path to libsites_dltarget.so>
+// Usage: sites_dlopen <path to libsites_dltarget.so> [report file]
 #include "lowtide_test.hpp"
 
 #include <atomic>
@@ -58,6 +60,12 @@ int main(int argc, char** argv) {
     if (i % 10 == 0) survivors.push_back(p);
     else free(p);
     CHECK(dlclose(h) == 0, "dlclose: %s", dlerror());
+    if (argc > 2 && i % 30 == 7) {
+      using WriteFn = int (*)(const char*, int);
+      auto write_report = reinterpret_cast<WriteFn>(dlsym(RTLD_DEFAULT, "lowtide_write_report"));
+      CHECK(write_report != nullptr, "lowtide_write_report not found: is lowtide preloaded?");
+      CHECK(write_report(argv[2], 3) == 0, "on-demand report failed");
+    }
     if (i % 50 == 25) {
       pid_t pid = fork();
       CHECK(pid >= 0);

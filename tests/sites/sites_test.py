@@ -164,11 +164,16 @@ def case_sampled(a, tmp):
 
 
 def case_dlopen(a, tmp):
-    rc, out, err = run([a.dlopen, a.target], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="50",
+    ondemand = os.path.join(tmp, "now.txt")
+    rc, out, err = run([a.dlopen, a.target, ondemand], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="50",
                                                       LOWTIDE_SITE_SAMPLE="0",
                                                       LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
+    with open(ondemand) as f:
+        body = f.read()
+    check("-- large blocks live now, by site --" in body, "on-demand reports list the blocks live now")
+    os.unlink(ondemand)
     r = report_of(tmp)
     s = r["sites"]
     check(s["enabled"] is True, "sites on")
