@@ -212,7 +212,26 @@ def case_off(a, tmp):
     check(s["live"][0]["blocks"] == sum(len(d["leaked"]) for d in did), "every leaked block listed")
 
 
-CASES = {"named": case_named, "limit": case_limit, "sampled": case_sampled, "dlopen": case_dlopen,
+def case_nolib(a, tmp):
+    """libunwind cannot be loaded (a private mount namespace hides it behind
+    an empty file): one warning, sites off, the program runs normally."""
+    real = os.path.realpath("/usr/lib/x86_64-linux-gnu/libunwind.so.8")
+    rep = os.path.join(tmp, "r.json")
+    env = env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="5", LOWTIDE_STATS_FILE=rep)
+    script = 'mount --bind /dev/null "$1" && exec "$2" named'
+    rc, out, err = run(["unshare", "-m", "sh", "-c", script, "sh", real, a.prog], env)
+    check(rc == 0, f"exit status {rc}")
+    lines = [ln for ln in err.splitlines() if ln.startswith("lowtide:")]
+    check(len(lines) == 1 and "cannot load libunwind.so.8" in lines[0] and "call sites are off" in lines[0],
+          f"one warning, got {lines}")
+    if os.path.exists(rep):
+        s = report_of(tmp)["sites"]
+        check(s["enabled"] is False and s["top"] == [], f"sites off: {s}")
+    else:
+        check(False, "no report written")
+
+
+CASES = {"nolib": case_nolib, "named": case_named, "limit": case_limit, "sampled": case_sampled, "dlopen": case_dlopen,
          "bad": case_bad, "off": case_off}
 
 
@@ -224,6 +243,9 @@ def main():
     ap.add_argument("--dlopen")
     ap.add_argument("--target")
     a = ap.parse_args()
+    if a.case == "nolib" and (os.geteuid() != 0 or not os.path.exists("/usr/lib/x86_64-linux-gnu/libunwind.so.8")):
+        print("SKIP: needs root (a private mount namespace) and Debian's libunwind.so.8")
+        return 77
     with tempfile.TemporaryDirectory(prefix="lowtide-sites-") as tmp:
         CASES[a.case](a, tmp)
     if failures:
