@@ -148,15 +148,15 @@ void Arena::join(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
   unlock();
 }
 
-void Arena::publish(const void* user, std::uint32_t start) {
-  live_[granule_of(user)].store(encode_live(user, start), std::memory_order_release);
+void Arena::publish(const void* user, std::uint32_t start, std::uint32_t tag) {
+  live_[granule_of(user)].store(encode_live(user, start, tag), std::memory_order_release);
 }
 
 std::uint32_t Arena::lookup(const void* user) const {
   if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
   std::uint64_t v = live_[granule_of(user)].load(std::memory_order_acquire);
   std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
-  if ((v >> 63) == 0 || ((v >> 32) & 0x7fffffff) != want_off) return kNone;
+  if ((v >> 63) == 0 || ((v >> 32) & kOffMask) != want_off) return kNone;
   return static_cast<std::uint32_t>(v);
 }
 
@@ -165,7 +165,7 @@ std::uint32_t Arena::claim(const void* user) {
   auto& slot = live_[granule_of(user)];
   std::uint64_t v = slot.load(std::memory_order_acquire);
   std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
-  if ((v >> 63) == 0 || ((v >> 32) & 0x7fffffff) != want_off) return kNone;
+  if ((v >> 63) == 0 || ((v >> 32) & kOffMask) != want_off) return kNone;
   if (!slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) return kNone;
   return static_cast<std::uint32_t>(v);
 }

@@ -52,12 +52,40 @@ class Arena {
 
   // Live-block table, lock-free. A user pointer is registered in the slot of
   // the granule it falls in (no two live blocks share a granule).
-  void publish(const void* user, std::uint32_t start);
+  // `tag` (12 bits: the block's call site) rides along for walkers, which
+  // must not read a header another thread may be unmapping.
+  void publish(const void* user, std::uint32_t start, std::uint32_t tag = 0);
   // The block's first granule if `user` is exactly a live user pointer.
   std::uint32_t lookup(const void* user) const;
   // Like lookup, and atomically unregisters it: of two concurrent frees of
   // one pointer, exactly one gets the block.
   std::uint32_t claim(const void* user);
+
+  // Calls f(user, first granule, granules, tag) for every live block, walking
+  // the extents under the lock (`try_only`: at exit, never wait; then the
+  // walk reads without it, bounded by the table, and returns false). f runs
+  // under the lock: it must not allocate.
+  template <typename F>
+  bool for_each_live(F f, bool try_only) {
+    bool locked = try_only ? pthread_mutex_trylock(&mu_) == 0 : pthread_mutex_lock(&mu_) == 0;
+    for (std::uint32_t s = 0; s < granules_;) {
+      std::uint32_t t = tag_[s];
+      std::uint32_t n = t & kLenMask;
+      if (n == 0 || n > granules_ - s) break;
+      // The user pointer is in the first granule, or the second for
+      // alignments above a granule; a cached extent has none.
+      for (std::uint32_t k = 0; (t & kUsed) && k < 2 && k < n; ++k) {
+        std::uint64_t v = live_[s + k].load(std::memory_order_acquire);
+        if ((v >> 63) != 0 && static_cast<std::uint32_t>(v) == s) {
+          f(addr(s + k) + (((v >> 32) & kOffMask) << 4), s, n, static_cast<std::uint32_t>((v >> 44) & kTagMask));
+          break;
+        }
+      }
+      s += n;
+    }
+    if (locked) unlock();
+    return locked;
+  }
 
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
@@ -70,9 +98,12 @@ class Arena {
   static constexpr int kBins = 32;
 
   static int bin_of(std::uint32_t n) { return 31 - __builtin_clz(n); }
-  static std::uint64_t encode_live(const void* user, std::uint32_t start) {
+  // bit 63: live; bits 44-55: tag; bits 32-43: user offset in the granule / 16; 0-31: start
+  static constexpr std::uint64_t kOffMask = 0xfff;
+  static constexpr std::uint64_t kTagMask = 0xfff;
+  static std::uint64_t encode_live(const void* user, std::uint32_t start, std::uint32_t tag) {
     auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
-    return (std::uint64_t{1} << 63) | (off << 32) | start;
+    return (std::uint64_t{1} << 63) | ((tag & kTagMask) << 44) | (off << 32) | start;
   }
   void set_tags(std::uint32_t s, std::uint32_t n, std::uint32_t state) {
     tag_[s] = n | state;

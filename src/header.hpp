@@ -20,10 +20,14 @@ struct BlockHeader {
   std::uint64_t requested;  // bytes asked for (latest realloc)
   std::uint64_t alignment;  // alignment asked for (16 = default)
   std::uint32_t tid;        // allocating thread (kernel tid)
-  std::uint32_t site;       // call-site id; 0 until call sites are recorded
+  std::uint32_t site;       // call-site id (sites.hpp); 0 = none recorded
   Origin origin;
   std::uint8_t flags;
-  std::uint8_t reserved[14];
+  std::uint8_t pad[2];
+  // How many blocks this sampled block stands for, in 1/256ths (sites.hpp):
+  // kept with the block so its free subtracts exactly what its allocation added.
+  std::uint32_t site_weight;
+  std::uint8_t reserved[8];
 };
 static_assert(sizeof(BlockHeader) == 64, "the header is one cache line");
 
@@ -33,16 +37,19 @@ inline BlockHeader* header_of(void* user) { return static_cast<BlockHeader*>(use
 
 inline void encode_header(BlockHeader* h, void* user, std::uint64_t base, std::uint64_t length,
                           std::uint64_t requested, std::uint64_t alignment, Origin origin,
-                          std::uint8_t flags, std::uint32_t tid) {
+                          std::uint8_t flags, std::uint32_t tid, std::uint32_t site = 0,
+                          std::uint32_t site_weight = 0) {
   h->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
   h->base = base;
   h->length = length;
   h->requested = requested;
   h->alignment = alignment;
   h->tid = tid;
-  h->site = 0;
+  h->site = site;
   h->origin = origin;
   h->flags = flags;
+  h->pad[0] = h->pad[1] = 0;
+  h->site_weight = site_weight;
   for (auto& r : h->reserved) r = 0;
 }
 

@@ -12,6 +12,7 @@
 #include "platform.hpp"
 #include "large_cache.hpp"
 #include "report.hpp"
+#include "sites.hpp"
 #include "small_path.hpp"
 #include "stats.hpp"
 
@@ -35,8 +36,12 @@ void warn_option(const char* env, const char* value, const char* reason, const c
 
 // fork: the child must find the arena lock free and its own pid. mimalloc
 // 2.0.9 has no fork handling of its own (see docs/design.md).
-// Locks in one fixed order: the thread registry, the cache, the arena.
+// Locks in one fixed order: call sites, the thread registry, the cache, the
+// arena. Sites first: a capture in flight may allocate (libunwind's own
+// mallocs reach stats::attach), so it must be let finish before the registry
+// lock is taken.
 void before_fork() {
+  sites::fork_prepare();
   stats::fork_prepare();
   cache::fork_prepare();
   g.arena.lock();
@@ -45,6 +50,7 @@ void after_fork_parent() {
   g.arena.unlock();
   cache::fork_parent();
   stats::fork_parent();
+  sites::fork_parent();
 }
 void after_fork_child() {
   g.arena.reset_after_fork();
@@ -52,6 +58,7 @@ void after_fork_child() {
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
   stats::fork_child();
+  sites::fork_child();
   report::on_fork_child();
 }
 
@@ -124,7 +131,11 @@ __attribute__((constructor)) void lowtide_constructor() {
   if (forward::detect()) {
     log::warn("another allocator's malloc comes first in this process (lowtide was dlopen'ed "
               "or is later in LD_PRELOAD); lowtide forwards every call to it and stays out of the way");
+    return;
   }
+  // Here and not at first-call init: dlopen inside a malloc call can
+  // deadlock on the loader's lock. Blocks allocated before this get no site.
+  sites::start();
 }
 
 // Runs after the host's own exit work (Python's atexit handlers and

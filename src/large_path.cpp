@@ -6,6 +6,7 @@
 #include "large_cache.hpp"
 #include "log.hpp"
 #include "platform.hpp"
+#include "sites.hpp"
 #include "size_math.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -55,6 +56,8 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
   std::uint32_t skew = align > G ? 1 : 0;
   if (skew == 0 && wants_huge(bytes) && align_g < kHugeGranules) align_g = kHugeGranules;
+  // Before any lock is taken: a capture unwinds and looks up modules.
+  const sites::Sample site = sites::on_allocate(size);
   cache::purge(false);
   cache::note_large_allocation();
   stats::Slot* st = stats::slot();
@@ -93,13 +96,14 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   stats::add(st, stats::kLargeMaps, 1);
   void* user = base + off;
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
-                origin, flags, current_tid());
-  a.publish(user, s);
+                origin, flags, current_tid(), site.site, site.weight);
+  a.publish(user, s, site.site);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
   std::size_t usable = bytes - off;
   stats::add(st, stats::kLargeRequested, size);
   stats::add(st, stats::kLargeOut, usable);
   stats::large_live_add(usable);
+  sites::allocated(site, usable);
   *out = user;
   return Result::ok;
 }
@@ -116,6 +120,7 @@ void release(void* p, const char* what) {
   stats::add(st, stats::kLargeUnmaps, 1);
   stats::add(st, stats::kLargeFreed, usable);
   stats::large_live_sub(usable);
+  sites::released(header_of(p), p, usable);
   if (cache::put(s, n)) {
     stats::add(st, stats::kLargeCachedFrees, 1);
   } else {
@@ -159,6 +164,7 @@ void* resize(void* p, std::size_t size) {
   std::size_t new_usable = bytes - off;
   // Every successful resize hands out new_usable in place of old_usable.
   auto account = [&](stats::Counter how) {
+    sites::resized(h, old_usable, new_usable, how == stats::kLargeRemaps || how == stats::kLargeCopies);
     stats::add(st, how, 1);
     stats::add(st, stats::kLargeRequested, size);
     stats::add(st, stats::kLargeFreed, old_usable);
@@ -261,9 +267,10 @@ void* resize(void* p, std::size_t size) {
   } else {
     stats::add(st, stats::kLargeRemapBytes, old_bytes);
   }
-  account(moved ? stats::kLargeRemaps : stats::kLargeCopies);
   void* user = nbase + off;
   BlockHeader* nh = header_of(user);
+  h = nh;  // the old pages are gone (moved, or about to be): account on the copy
+  account(moved ? stats::kLargeRemaps : stats::kLargeCopies);
   nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
   nh->length = bytes;
@@ -271,7 +278,7 @@ void* resize(void* p, std::size_t size) {
   a.claim(p);
   give_back(base, old_bytes);
   a.release(s, n);
-  a.publish(user, ns);
+  a.publish(user, ns, nh->site);
   if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
   return user;

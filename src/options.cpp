@@ -45,6 +45,12 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2,
      "on: large blocks of 2 MiB and more are 2 MiB-aligned and "
      "madvise(MADV_HUGEPAGE)d, so they fault in huge pages where the kernel allows."},
+    {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0,
+     "Call sites of large blocks: 0 = off; N = record stacks (libunwind, loaded at "
+     "start-up) and show the top N sites in the report."},
+    {"LOWTIDE_SITE_SAMPLE", OptKind::size, "2MiB", 0, std::uint64_t{1} << 30, nullptr, 0,
+     "With LOWTIDE_SITES: mean bytes of large allocations between two stack captures "
+     "(Poisson sampling, figures scaled); 0 = capture every large block."},
 };
 
 namespace {
@@ -82,6 +88,15 @@ bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, con
     }
     *out = static_cast<std::uint64_t>(i);
     return true;
+  }
+  if (spec.kind == OptKind::count) {
+    // parse_size would read "1K" as 1024: a count takes digits only.
+    for (const char* c = text; *c != '\0'; ++c) {
+      if (*c != ' ' && (*c < '0' || *c > '9')) {
+        *reason = "is not a whole number";
+        return false;
+      }
+    }
   }
   std::uint64_t v = 0;
   switch (parse_size(text, &v)) {

@@ -7,9 +7,10 @@
 
 namespace lowtide {
 
-enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, count };
+enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
+                       count };
 
-enum class OptKind { size, choice, text };
+enum class OptKind { size, choice, text, count };  // count: a plain whole number
 
 struct OptionSpec {
   const char* env;           // environment variable name

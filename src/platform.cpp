@@ -57,6 +57,11 @@ bool discard(void* p, std::size_t len) { return ::madvise(p, len, MADV_DONTNEED)
 
 void unmap(void* p, std::size_t len) { ::munmap(p, len); }
 
+void* map_lazy(std::size_t len) {
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, kReserveFlags, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 void advise_hugepage(void* p, std::size_t len) { ::madvise(p, len, MADV_HUGEPAGE); }
 
 void write_stderr(const char* s, std::size_t n) {

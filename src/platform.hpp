@@ -26,6 +26,9 @@ bool discard(void* p, std::size_t len);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
+// Fresh read-write zero memory for lowtide's own tables, committed as it is
+// touched (MAP_NORESERVE). nullptr on failure.
+void* map_lazy(std::size_t len);
 
 // Unbuffered write to fd 2, looping over partial writes.
 void write_stderr(const char* s, std::size_t n);

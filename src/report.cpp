@@ -15,6 +15,7 @@
 #include "options.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
+#include "report_sites.hpp"
 #include "state.hpp"
 #include "stats.hpp"
 
@@ -83,6 +84,8 @@ struct Data {
   std::uint64_t peak_rss = 0, rss = 0;
   double uptime_s = 0;
   std::size_t folded_rows = 0;  // threads folded into "N other threads"
+  bool at_exit = false;
+  report_sites::Data sites;
 };
 
 std::int64_t live(const std::uint64_t* c, stats::Counter out, stats::Counter freed) {
@@ -137,6 +140,8 @@ void gather(Data* d, bool at_exit) {
     d->rss = status_kib(buf, "VmRSS:") * 1024;
   }
   d->uptime_s = static_cast<double>(mono_ns() - start_ns) / 1e9;
+  d->at_exit = at_exit;
+  report_sites::gather(&d->sites, at_exit);
 }
 
 const char* const kCallNames[] = {"malloc", "calloc", "realloc", "aligned", "free"};
@@ -215,6 +220,7 @@ std::string format_text(const Data& d) {
     auto bar = static_cast<std::size_t>(40.0 * static_cast<double>(h) / static_cast<double>(maxh));
     fmt::format_to(out, "{:>10} .. <{:<10}{:>14}  {}\n", human(lo), human(hi), h, std::string(bar ? bar : 1, '#'));
   }
+  report_sites::text(o, d.sites, d.at_exit);
   return fmt::to_string(o);
 }
 
@@ -282,7 +288,9 @@ std::string format_json(const Data& d) {
                    d.snap.total.hist[i]);
     first = false;
   }
-  fmt::format_to(out, "]}}\n");
+  fmt::format_to(out, "]");
+  report_sites::json(o, d.sites);
+  fmt::format_to(out, "}}\n");
   return fmt::to_string(o);
 }
 

@@ -44,7 +44,10 @@ extern Globals g;
 struct ThreadLocal {
   stats::Slot* stats;     // this thread's counters (stats.hpp)
   std::uint32_t tid;      // cached kernel tid; 0 = not yet known
-  std::uint32_t in_init;  // this thread is running first-call init
+  std::uint16_t in_init;  // this thread is running first-call init
+  std::uint16_t in_capture;  // this thread is capturing a stack (sites.cpp)
+  std::int64_t site_left;    // bytes of large allocations until the next capture
+  std::uint64_t site_rng;    // sampling PRNG state; 0 = not seeded yet
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,14 @@ int main() {
   std::size_t total = large.size() + up->size();
   for (const auto& s : v) {
     total += s.size();
+  }
+  // A C++ exception after start-up, once lowtide has loaded libunwind (with
+  // LOWTIDE_SITES): libstdc++'s lazy _Unwind_RaiseException binding happens
+  // here and must still go to libgcc_s.
+  try {
+    throw std::runtime_error(std::string(300, 'e'));
+  } catch (const std::exception& e) {
+    total += std::strlen(e.what());
   }
   std::printf("bindings_prog ok %zu\n", total);
   return 0;

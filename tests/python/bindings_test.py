@@ -19,6 +19,17 @@ Asserts, over all binding lines of each run:
   * none goes to libc.so.6, libmimalloc.so.2 (or, for the operators,
     libstdc++.so.6).
 Both hosts must also exit 0.
+
+Then both hosts run again with call sites on (LOWTIDE_SITES=5,
+LOWTIDE_SITE_SAMPLE=0: lowtide dlopens libunwind.so.8 at start-up and unwinds
+at every large allocation). libunwind exports 18 `_Unwind_*` symbols; loaded
+RTLD_LOCAL they must stay out of the global scope. Asserts:
+  * libunwind.so.8 is loaded (some binding line has it as its source or
+    destination), so the runs really had sites on;
+  * every `_Unwind_*` binding from an object other than libunwind itself goes
+    to libgcc_s.so.1; at least one such binding is seen in each run of the
+    C++ program (it throws) and in python3's LD_BIND_NOW run (libstdc++'s
+    references are bound at start-up).
 """
 
 import os
@@ -62,9 +73,10 @@ BINDING = re.compile(
 FORBIDDEN = ("libc.so.6", "libmimalloc.so", "libstdc++.so")
 
 
-def run_host(name, argv, lib, bind_now, tmpdir):
+def run_host(name, argv, lib, bind_now, tmpdir, extra_env=None):
     prefix = os.path.join(tmpdir, "%s%s" % (name, "-now" if bind_now else "-lazy"))
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
+    env.update(extra_env or {})
     env["LD_PRELOAD"] = lib
     env["LD_DEBUG"] = "bindings"
     env["LD_DEBUG_OUTPUT"] = prefix
@@ -146,6 +158,35 @@ def check(label, proc, lines, lib, symbols):
     return failures
 
 
+def check_unwind(label, proc, lines, need_binding):
+    failures = []
+    if proc.returncode != 0:
+        failures.append("%s exited %d\nstderr: %s" % (label, proc.returncode, proc.stderr[-2000:]))
+    if "lowtide:" in proc.stderr:
+        failures.append("%s: lowtide warned: %s" % (label, proc.stderr[-1000:]))
+    loaded = False
+    seen = defaultdict(int)
+    for line in lines:
+        m = BINDING.search(line)
+        if not m:
+            continue
+        src, dst = os.path.basename(m.group("src")), os.path.basename(m.group("dst"))
+        if src.startswith("libunwind.so") or dst.startswith("libunwind.so"):
+            loaded = True
+        if not m.group("sym").startswith("_Unwind_") or src.startswith("libunwind.so"):
+            continue
+        seen[(m.group("sym"), dst)] += 1
+        if not dst.startswith("libgcc_s.so"):
+            failures.append("%s: `%s' from %s bound to %s, not libgcc_s" % (label, m.group("sym"), src, dst))
+    print("%s: libunwind loaded: %s; _Unwind_* bindings: %s" % (
+        label, loaded, ", ".join("%s->%s x%d" % (k[0], k[1], v) for k, v in sorted(seen.items())) or "none"))
+    if not loaded:
+        failures.append("%s: libunwind.so.8 never appears: were call sites on?" % label)
+    if need_binding and not seen:
+        failures.append("%s: no _Unwind_* binding seen, nothing was checked" % label)
+    return failures
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: bindings_test.py /path/to/liblowtide.so /path/to/bindings_prog")
@@ -165,12 +206,20 @@ def main():
             p, lines = run_host("cxx", [prog], lib, bind_now, tmp)
             failures += check("bindings_prog (%s)" % mode, p, lines, lib,
                               ["malloc", "free", "_Znwm"])
+        sites = {"LOWTIDE_SITES": "5", "LOWTIDE_SITE_SAMPLE": "0"}
+        for bind_now in (False, True):
+            mode = "LD_BIND_NOW=1" if bind_now else "lazy"
+            p, lines = run_host("python-sites", ["/usr/bin/python3", script], lib, bind_now, tmp, sites)
+            failures += check_unwind("python3 with sites (%s)" % mode, p, lines, bind_now)
+            p, lines = run_host("cxx-sites", [prog], lib, bind_now, tmp, sites)
+            failures += check_unwind("bindings_prog with sites (%s)" % mode, p, lines, True)
     if failures:
         print("\nFAIL: %d problem(s):" % len(failures))
         for f in failures:
             print("  - " + f)
         return 1
-    print("PASS: malloc, free and _Znwm bind to %s only" % os.path.basename(lib))
+    print("PASS: malloc, free and _Znwm bind to %s only; with call sites on, _Unwind_* still bind "
+          "to libgcc_s" % os.path.basename(lib))
     return 0
 
 

@@ -57,7 +57,7 @@ def check_schema(r, pid=None):
     """Every field docs/report.md describes, with its type; totals are the
     sums of the rows; the histogram's counts add up to the allocating calls."""
     check(list(r.keys()) == ["schema", "schema_version", "version", "pid", "command", "cutoff", "uptime_s",
-                             "partial", "process", "totals", "large", "threads", "histogram"],
+                             "partial", "process", "totals", "large", "threads", "histogram", "sites"],
           f"top-level keys {list(r.keys())}")
     check(r["schema"] == "lowtide-report" and r["schema_version"] == 1, "schema, schema_version")
     check(re.fullmatch(r"\d+\.\d+\.\d+", r["version"]) is not None, f"version {r['version']!r}")

@@ -80,3 +80,27 @@ TEST_CASE("docs/configuration.md documents every option with its default") {
   }
   CHECK(rows == static_cast<int>(sizeof kOptions / sizeof kOptions[0]));
 }
+
+TEST_CASE("LOWTIDE_SITES takes a plain count, LOWTIDE_SITE_SAMPLE a size") {
+  Config c = load({"LOWTIDE_SITES=12", "LOWTIDE_SITE_SAMPLE=4M"});
+  CHECK(c.get(Opt::sites) == 12);
+  CHECK(c.get(Opt::site_sample) == (std::uint64_t{4} << 20));
+  CHECK(warnings.empty());
+  c = load({});
+  CHECK(c.get(Opt::sites) == 0);
+  CHECK(c.get(Opt::site_sample) == (std::uint64_t{2} << 20));
+  CHECK(load({"LOWTIDE_SITE_SAMPLE=0"}).get(Opt::site_sample) == 0);
+  for (const char* bad : {"LOWTIDE_SITES=1K", "LOWTIDE_SITES=abc", "LOWTIDE_SITES=-1", "LOWTIDE_SITES=4097",
+                          "LOWTIDE_SITES="}) {
+    INFO(bad);
+    c = load({bad});
+    CHECK(c.get(Opt::sites) == 0);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].rfind("LOWTIDE_SITES|", 0) == 0);
+    CHECK(warnings[0].find("|0") != std::string::npos);
+  }
+  c = load({"LOWTIDE_SITE_SAMPLE=2G"});
+  CHECK(c.get(Opt::site_sample) == (std::uint64_t{2} << 20));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("|2MiB") != std::string::npos);
+}

@@ -1,0 +1,322 @@
+#include "sites.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "log.hpp"
+#include "platform.hpp"
+#include "unwind.hpp"
+
+namespace lowtide::sites {
+
+std::atomic<bool> enabled{false};
+
+namespace {
+
+constexpr std::uint32_t kFramePool = 128 * 1024;  // frames of all sites together
+constexpr std::uint32_t kModules = 1024;
+constexpr std::size_t kStrings = 256 * 1024;      // module paths
+// Past this many sites, new stacks count in the "table full" row: probe
+// chains stay short.
+constexpr std::uint32_t kMaxUsed = kSites / 4 * 3;
+
+struct Site {
+  std::atomic<std::uint64_t> hash;  // 0 = empty; stored last, with release
+  std::uint32_t nframes, first;
+  std::atomic<std::uint64_t> sampled;
+  // Scaled by the blocks' weights: in 1/256ths of a block or a byte.
+  std::atomic<std::uint64_t> blocks, bytes, live_blocks, live_bytes, peak_bytes, remaps;
+};
+
+struct Module {
+  std::uintptr_t bias;
+  std::uint32_t path;  // offset in strings
+};
+
+Site* table = nullptr;
+Frame* frames = nullptr;
+Module* modules = nullptr;
+char* strings = nullptr;
+
+// Only for inserting a new site (copies into the table, nothing else): never
+// held while unwinding, looking up modules or allocating.
+pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+std::uint32_t used = 0, frames_used = 0, nmodules = 0;  // under mu
+std::atomic<std::uint32_t> modules_view{0};
+std::atomic<std::uint32_t> used_view{0};
+std::size_t strings_used = 0;
+std::atomic<bool> full{false};
+
+std::uint64_t interval_bytes = 0;
+std::uint32_t show = 0;
+
+std::atomic<int> capturing{0};
+std::atomic<bool> fork_pending{false};
+
+std::uint64_t next_random(std::uint64_t* s) {
+  std::uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+std::int64_t draw_interval(std::uint64_t* rng) {
+  if (interval_bytes == 0) return 0;
+  double u = static_cast<double>((next_random(rng) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+  double v = -std::log(u) * static_cast<double>(interval_bytes);
+  return v >= 0x1.0p62 ? std::int64_t{1} << 62 : static_cast<std::int64_t>(v) + 1;
+}
+
+std::uint32_t weight_of(std::size_t size) {
+  if (interval_bytes == 0) return kWeightOne;
+  double p = -std::expm1(-static_cast<double>(size) / static_cast<double>(interval_bytes));
+  double w = p > 0 ? kWeightOne / p : 0x1.0p31;
+  return w >= 0x1.0p31 ? 0x80000000u : static_cast<std::uint32_t>(w + 0.5);
+}
+
+std::uint64_t scaled(std::size_t usable, std::uint32_t w) {
+  std::uint64_t v;
+  return __builtin_mul_overflow(static_cast<std::uint64_t>(usable), std::uint64_t{w}, &v) ? UINT64_MAX : v;
+}
+
+std::uint64_t hash_stack(const std::uintptr_t* ips, int n) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(n);
+  for (int i = 0; i < n; ++i) {
+    h ^= ips[i];
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+  }
+  return h < 2 ? h + 2 : h;  // 0 marks an empty slot
+}
+
+std::uint32_t home(std::uint64_t h) { return 2 + static_cast<std::uint32_t>(h % (kSites - 2)); }
+
+// The slot holding h, or 0.
+std::uint32_t find(std::uint64_t h) {
+  for (std::uint32_t k = 0, i = home(h); k < kSites - 2; ++k, i = i + 1 < kSites ? i + 1 : 2) {
+    std::uint64_t v = table[i].hash.load(std::memory_order_acquire);
+    if (v == h) return i;
+    if (v == 0) return 0;
+  }
+  return 0;
+}
+
+struct Where {
+  std::uintptr_t bias;
+  const char* path;  // the loader's string: read under mu right after
+};
+
+// Under mu.
+std::uint32_t intern_module(const Where& w) {
+  for (std::uint32_t i = 0; i < nmodules; ++i)
+    if (modules[i].bias == w.bias && std::strcmp(strings + modules[i].path, w.path) == 0) return i;
+  std::size_t len = std::strlen(w.path);
+  if (nmodules == kModules || strings_used + len + 1 > kStrings) return kNoModule;
+  std::memcpy(strings + strings_used, w.path, len + 1);
+  modules[nmodules] = {w.bias, static_cast<std::uint32_t>(strings_used)};
+  strings_used += len + 1;
+  modules_view.store(nmodules + 1, std::memory_order_release);
+  return nmodules++;
+}
+
+std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
+  // Which object each frame is in, looked up before taking mu:
+  // _dl_find_object takes no lock and never allocates.
+  Where where[kMaxFrames];
+  for (int i = 0; i < n; ++i) {
+    where[i] = {0, nullptr};
+    dl_find_object r;
+    if (::_dl_find_object(reinterpret_cast<void*>(ips[i] - 1), &r) != 0 || r.dlfo_link_map == nullptr) continue;
+    const link_map* lm = r.dlfo_link_map;
+    where[i] = {lm->l_addr, (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path()};
+  }
+  pthread_mutex_lock(&mu);
+  std::uint32_t at = find(h);
+  if (at == 0) {
+    if (used >= kMaxUsed || frames_used + static_cast<std::uint32_t>(n) > kFramePool) {
+      full.store(true, std::memory_order_relaxed);
+      at = kFullSite;
+    } else {
+      at = home(h);
+      while (table[at].hash.load(std::memory_order_relaxed) != 0) at = at + 1 < kSites ? at + 1 : 2;
+      Site& s = table[at];
+      s.first = frames_used;
+      s.nframes = static_cast<std::uint32_t>(n);
+      for (int i = 0; i < n; ++i) {
+        Frame& f = frames[frames_used + static_cast<std::uint32_t>(i)];
+        f.ip = ips[i];
+        f.module = where[i].path != nullptr ? intern_module(where[i]) : kNoModule;
+        f.offset = f.module != kNoModule ? ips[i] - where[i].bias : ips[i];
+      }
+      frames_used += static_cast<std::uint32_t>(n);
+      ++used;
+      s.hash.store(h, std::memory_order_release);
+      used_view.store(used, std::memory_order_relaxed);
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return at;
+}
+
+void add_peak(Site& s, std::uint64_t live) {
+  std::uint64_t p = s.peak_bytes.load(std::memory_order_relaxed);
+  while (live > p && live < (std::uint64_t{1} << 63) &&
+         !s.peak_bytes.compare_exchange_weak(p, live, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+Sample sample_slow(std::size_t size) {
+  ThreadLocal& t = t_local;
+  // libunwind may allocate: such a nested large block gets no site.
+  if (t.in_capture) return {0, 0};
+  if (t.site_rng == 0) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t.site_rng = (static_cast<std::uint64_t>(current_tid()) << 32) ^ static_cast<std::uint64_t>(ts.tv_nsec) ^
+                 reinterpret_cast<std::uintptr_t>(&t) ^ 0x853c49e6748fea9bULL;
+    if (t.site_rng == 0) t.site_rng = 1;
+    // A thread's first countdown is a full random interval too, so a
+    // thread's first large block is not always captured.
+    t.site_left += draw_interval(&t.site_rng);
+    if (t.site_left > 0) return {0, 0};
+  }
+  t.site_left = draw_interval(&t.site_rng);
+  Sample out{0, weight_of(size)};
+  t.in_capture = 1;
+  capturing.fetch_add(1, std::memory_order_seq_cst);
+  if (!fork_pending.load(std::memory_order_seq_cst)) {
+    std::uintptr_t ips[kMaxFrames];
+    int n = unwind::capture(ips, kMaxFrames);
+    if (n > 0) {
+      std::uint64_t h = hash_stack(ips, n);
+      out.site = find(h);
+      if (out.site == 0) out.site = insert(h, ips, n);
+    }
+  }
+  capturing.fetch_sub(1, std::memory_order_seq_cst);
+  t.in_capture = 0;
+  if (out.site == 0) out.weight = 0;
+  return out;
+}
+
+void allocated(const Sample& smp, std::size_t usable) {
+  if (smp.site == 0) return;
+  Site& s = table[smp.site];
+  s.sampled.fetch_add(1, std::memory_order_relaxed);
+  s.blocks.fetch_add(smp.weight, std::memory_order_relaxed);
+  std::uint64_t b = scaled(usable, smp.weight);
+  s.bytes.fetch_add(b, std::memory_order_relaxed);
+  s.live_blocks.fetch_add(smp.weight, std::memory_order_relaxed);
+  add_peak(s, s.live_bytes.fetch_add(b, std::memory_order_relaxed) + b);
+}
+
+void released(const BlockHeader* h, const void* user, std::size_t usable) {
+  if (!enabled.load(std::memory_order_relaxed) || !header_valid(h, user)) return;
+  // The header is the host's to overwrite: an id it could have garbled is
+  // checked before it indexes anything.
+  std::uint32_t id = h->site;
+  if (id == 0 || id >= kSites) return;
+  Site& s = table[id];
+  s.live_blocks.fetch_sub(h->site_weight, std::memory_order_relaxed);
+  s.live_bytes.fetch_sub(scaled(usable, h->site_weight), std::memory_order_relaxed);
+}
+
+void resized(const BlockHeader* h, std::size_t old_usable, std::size_t new_usable, bool moved) {
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  std::uint32_t id = h->site;
+  if (id == 0 || id >= kSites) return;
+  Site& s = table[id];
+  std::uint32_t w = h->site_weight;
+  if (moved) s.remaps.fetch_add(w, std::memory_order_relaxed);
+  std::uint64_t o = scaled(old_usable, w), n = scaled(new_usable, w);
+  if (n >= o) add_peak(s, s.live_bytes.fetch_add(n - o, std::memory_order_relaxed) + (n - o));
+  else s.live_bytes.fetch_sub(o - n, std::memory_order_relaxed);
+}
+
+void start() {
+  show = static_cast<std::uint32_t>(g.config.get(Opt::sites));
+  if (show == 0) return;
+  interval_bytes = g.config.get(Opt::site_sample);
+  std::size_t len = kSites * sizeof(Site) + kFramePool * sizeof(Frame) + kModules * sizeof(Module) + kStrings;
+  auto* m = static_cast<char*>(pal::map_lazy(len));
+  if (m == nullptr) {
+    log::warn("LOWTIDE_SITES: cannot map the site table; call sites are off");
+    return;
+  }
+  table = reinterpret_cast<Site*>(m);
+  frames = reinterpret_cast<Frame*>(m + kSites * sizeof(Site));
+  modules = reinterpret_cast<Module*>(reinterpret_cast<char*>(frames) + kFramePool * sizeof(Frame));
+  strings = reinterpret_cast<char*>(modules + kModules);
+  if (!unwind::load()) return;
+  enabled.store(true, std::memory_order_release);
+}
+
+void fork_prepare() {
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  fork_pending.store(true, std::memory_order_seq_cst);
+  // Bounded: a capture waiting on a loader lock the forking thread holds
+  // (fork from a library constructor) must not hang the fork.
+  for (int i = 0; i < 20000 && capturing.load(std::memory_order_seq_cst) != 0; ++i) {
+    timespec ts{0, 100'000};
+    nanosleep(&ts, nullptr);
+  }
+  pthread_mutex_lock(&mu);
+}
+void fork_parent() {
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  pthread_mutex_unlock(&mu);
+  fork_pending.store(false, std::memory_order_seq_cst);
+}
+void fork_child() {
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  pthread_mutex_init(&mu, nullptr);
+  capturing.store(0, std::memory_order_relaxed);
+  fork_pending.store(false, std::memory_order_seq_cst);
+}
+
+std::uint64_t interval() { return interval_bytes; }
+std::uint32_t shown() { return show; }
+std::size_t count() { return used_view.load(std::memory_order_relaxed); }
+bool table_full() { return full.load(std::memory_order_relaxed); }
+
+ModuleInfo module(std::uint32_t i) {
+  if (i >= modules_view.load(std::memory_order_acquire)) return {nullptr, 0};
+  return {strings + modules[i].path, modules[i].bias};
+}
+
+std::size_t read_sites(SiteRow* out, std::size_t cap) {
+  if (table == nullptr) return 0;
+  std::size_t n = 0;
+  auto d = [](const std::atomic<std::uint64_t>& v) {
+    return static_cast<double>(v.load(std::memory_order_relaxed)) / kWeightOne;
+  };
+  for (std::uint32_t i = 1; i < kSites && n < cap; ++i) {
+    Site& s = table[i];
+    bool have = i == kFullSite ? s.sampled.load(std::memory_order_relaxed) != 0
+                               : s.hash.load(std::memory_order_acquire) != 0;
+    if (!have) continue;
+    SiteRow& r = out[n++];
+    r.id = i;
+    r.sampled = s.sampled.load(std::memory_order_relaxed);
+    r.blocks = d(s.blocks);
+    r.bytes = d(s.bytes);
+    r.live_blocks = static_cast<double>(static_cast<std::int64_t>(s.live_blocks.load(std::memory_order_relaxed))) / kWeightOne;
+    r.live_bytes = static_cast<double>(static_cast<std::int64_t>(s.live_bytes.load(std::memory_order_relaxed))) / kWeightOne;
+    r.peak_bytes = d(s.peak_bytes);
+    r.remaps = d(s.remaps);
+    r.nframes = i == kFullSite ? 0 : s.nframes;
+    r.frames = i == kFullSite ? nullptr : frames + s.first;
+  }
+  return n;
+}
+
+}  // namespace lowtide::sites
