@@ -1,6 +1,5 @@
 #include "arena.hpp"
 
-#include <sys/mman.h>
 
 #include "platform.hpp"
 #include "size_math.hpp"
@@ -19,12 +18,11 @@ bool Arena::init(std::size_t want, std::size_t min) {
     if (granules > kLenMask) continue;
     // Tables: 8 (live) + 4 (tag) + 4 + 4 (free-list links) bytes per granule.
     std::size_t meta = round_up(granules * 20, pal::kPageSize);
-    void* m = ::mmap(nullptr, meta, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) continue;
+    void* m = pal::map_lazy(meta);
+    if (m == nullptr) continue;
     void* r = pal::reserve_aligned(len, kRangeAlign);
     if (r == nullptr) {
-      ::munmap(m, meta);
+      pal::unmap(m, meta);
       continue;
     }
     auto* bytes = static_cast<char*>(m);

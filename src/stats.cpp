@@ -4,7 +4,6 @@
 #include <cstring>
 #include <ctime>
 #include <pthread.h>
-#include <sys/mman.h>
 
 #include "log.hpp"
 #include "platform.hpp"
@@ -85,9 +84,8 @@ Slot* take_slot() {
     }
   }
   if (spare == nullptr) {
-    void* m = ::mmap(nullptr, kChunkSlots * sizeof(Slot), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return nullptr;
+    void* m = pal::map_lazy(kChunkSlots * sizeof(Slot));
+    if (m == nullptr) return nullptr;
     auto* chunk = static_cast<Slot*>(m);
     for (std::size_t i = 0; i < kChunkSlots; ++i) {
       chunk[i].next = spare;
