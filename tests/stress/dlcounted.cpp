@@ -40,6 +40,13 @@ Global g;
 
 }  // namespace
 
+// operator new(size_t, align_val_t) as this library's own references to it
+// were bound by the dynamic linker (taking its address goes through the same
+// GOT entry the calls use).
+DLC_API void* dlc_aligned_new_address() {
+  return reinterpret_cast<void*>(static_cast<void* (*)(std::size_t, std::align_val_t)>(&::operator new));
+}
+
 // Aligned allocations the constructor made (the destructor frees them).
 DLC_API int dlc_ctor_allocations() { return 2; }
 
@@ -49,6 +56,7 @@ DLC_API std::uint64_t dlc_work(int n) {
   std::uint64_t sum = 0;
   for (int i = 0; i < n; ++i) {
     auto c = std::make_unique<Cell>();  // aligned operator new / delete
+    asm volatile("" : : "r"(c.get()) : "memory");  // GCC may elide a new/delete pair it can see whole
     c->v[7] = static_cast<std::uint64_t>(i);
     sum += c->v[7];
   }

@@ -11,6 +11,7 @@
 
 #include "stress_common.hpp"
 
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -23,15 +24,17 @@ namespace {
 constexpr int kLoops = 300;
 constexpr int kCells = 50;
 
-std::atomic<bool> g_stop{false};
+std::atomic<bool> g_go{false}, g_stop{false};
 std::atomic<long> g_ops{0};
 
 void allocator_thread(unsigned id) {
   const std::size_t c = lt::cutoff();
   const std::size_t sizes[] = {32, 700, 9000, c - 1, c, 2 * c + 77, MiB};
   std::size_t k = id;
+  while (!g_go.load()) sched_yield();
   while (!g_stop.load(std::memory_order_relaxed)) {
-    lt::Block b = lt::make_block(sizes[k++ % 7], k);
+    lt::Block b = lt::make_block(sizes[k % 7], k);
+    ++k;
     auto* v = new std::vector<std::string>(20, std::string(50, 's'));
     void* r = realloc(b.p, opaque(sizes[k % 7]));
     CHECK(r != nullptr);
@@ -62,19 +65,26 @@ int main(int argc, char** argv) {
   void* h0 = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   CHECK(h0 != nullptr, "dlopen: %s", dlerror());
   Dl_info info{};
-  void* anew = dlsym(h0, "_ZnwmSt11align_val_t");
+  void* anew = sym<void* (*)()>(h0, "dlc_aligned_new_address")();
   CHECK(anew != nullptr && dladdr(anew, &info) != 0 && info.dli_fname != nullptr &&
             std::strstr(info.dli_fname, "liblowtide") != nullptr,
         "the library's operator new(size_t, align_val_t) resolves to %s, not lowtide",
         info.dli_fname ? info.dli_fname : "?");
   CHECK(dlclose(h0) == 0);
   lt::warm_thread_cache(4);
-
-  const lt::Live start = lt::live_now();
-  const std::uint64_t aligned0 = lt::read_stats().aligned_calls;
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < 4; ++t) threads.emplace_back(allocator_thread, t);
+  // Once a process has threads, ld.so keeps a list for deferred frees of
+  // scope arrays (allocated at the first dlclose that needs it, then kept):
+  // let that happen before counting starts, with the threads waiting.
+  for (int i = 0; i < 3; ++i) {
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != nullptr && dlclose(h) == 0, "warm-up dlopen: %s", dlerror());
+  }
 
+  const lt::Live start = lt::start_counting("dlopen_counted");
+  const std::uint64_t aligned0 = lt::read_stats().aligned_calls;
+  g_go = true;
   const double t0 = lt::now_seconds();
   int unloaded = 0;
   std::uint64_t expected = 0;

@@ -1,10 +1,10 @@
-// fork, posix_spawn and vfork+exec while 8 threads are inside malloc, free
+// fork, posix_spawn and vfork+exec while 4 threads are inside malloc, free
 // and realloc (small, at the cutoff, large, crossing it both ways).
-//   - 400 forks. Before each, the main thread allocates 24 checksummed blocks
+//   - 300 forks. Before each, the main thread allocates 24 checksummed blocks
 //     of every size class. The child checks and frees them, checks that its
 //     own counters fell by exactly their usable sizes, allocates and reallocs
 //     across the cutoff, starts a thread that allocates, and exits 0.
-//   - 150 posix_spawn and 150 vfork+execve of this program in child mode:
+//   - 100 posix_spawn and 100 vfork+execve of this program in child mode:
 //     it allocates, frees, and checks that its counters balance.
 // Every wait is bounded (10 s per child); a child that hangs (an allocator
 // lock held by a thread that does not exist in it) is killed and fails the
@@ -26,10 +26,10 @@ extern char** environ;
 
 namespace {
 
-constexpr int kChurners = 8;
-constexpr int kForks = 400;
-constexpr int kSpawns = 150;
-constexpr int kVforks = 150;
+constexpr int kChurners = 4;
+constexpr int kForks = 300;
+constexpr int kSpawns = 100;
+constexpr int kVforks = 100;
 constexpr double kChildSeconds = 10;
 
 std::atomic<bool> g_stop{false};
@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
     if (pid == 0) fork_child(blocks);
     for (lt::Block& b : blocks) lt::drop(b, "parent's block after fork");
     wait_child(pid, "fork", i);
+    if (i % 100 == 99) std::printf("  %d forks, %.1f s\n", i + 1, lt::now_seconds() - t0);
   }
   for (int i = 0; i < kSpawns; ++i) {
     pid_t pid = -1;

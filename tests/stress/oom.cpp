@@ -91,15 +91,16 @@ void check_exhausted(std::vector<Held>* held) {
   }
 }
 
+// In place: memory may be exhausted, so no new vector.
 void free_some(std::vector<Held>* held, int keep_every) {
-  std::vector<Held> kept;
+  std::size_t kept = 0;
   for (std::size_t i = 0; i < held->size(); ++i) {
-    Held& h = (*held)[i];
+    Held h = (*held)[i];
     CHECK(has_tag(h), "block %zu lost its stamp", i);
-    if (keep_every != 0 && i % static_cast<std::size_t>(keep_every) == 0) kept.push_back(h);
+    if (keep_every != 0 && i % static_cast<std::size_t>(keep_every) == 0) (*held)[kept++] = h;
     else free(h.p);
   }
-  held->swap(kept);
+  held->resize(kept);
 }
 
 void check_recovered() {
@@ -117,7 +118,7 @@ int child_main() {
   lt::Block warm = lt::make_block(3 * lt::cutoff(), 1);
   lt::drop(warm, "warm");
   lt::warm_thread_cache(4);
-  const lt::Live start = lt::live_now();
+  const lt::Live start = lt::start_counting("oom");
   const double t0 = lt::now_seconds();
   std::size_t most = 0;
   for (int round = 0; round < 4; ++round) {

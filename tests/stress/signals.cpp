@@ -5,7 +5,7 @@
 // async-signal-safe); they make a syscall, touch errno and put it back, and
 // count. Every interrupted allocation, realloc and free must complete with
 // its data intact (checksums), calloc memory must read zero, and the
-// live-byte counters must balance at the end. 5 threads, 40,000 steps each
+// live-byte counters must balance at the end. 5 threads, 6,000 steps each
 // or a 20 s deadline, whichever comes first.
 
 #include "stress_common.hpp"
@@ -21,7 +21,7 @@ using lt::opaque;
 namespace {
 
 constexpr int kThreads = 5;
-constexpr long kSteps = 40000;
+constexpr long kSteps = 6000;
 constexpr double kSeconds = 20;
 
 volatile sig_atomic_t g_alrm = 0, g_prof = 0;
@@ -64,7 +64,7 @@ void worker(unsigned id) {
       if (next() & 1) {
         auto* z = static_cast<unsigned char*>(calloc(opaque(n), 1));
         CHECK(z != nullptr, "calloc(%zu) failed: %s", n, std::strerror(errno));
-        for (std::size_t i = 0; i < n; i += 997) CHECK(z[i] == 0, "calloc(%zu) not zero at %zu", n, i);
+        CHECK(lt::covered_zero(z, n), "calloc(%zu) memory not zero", n);
         lt::scribble(z, n, next());
         b = {z, n, lt::checksum(z, n)};
       } else {
@@ -96,7 +96,7 @@ int main() {
   lt::Block warm = lt::make_block(3 * lt::cutoff(), 1);
   lt::drop(warm, "warm");
   lt::warm_thread_cache(kThreads - 1);
-  const lt::Live start = lt::live_now();
+  const lt::Live start = lt::start_counting("signals");
   alarm(0);
   install(SIGALRM, false);
   install(SIGPROF, true);

@@ -103,7 +103,7 @@ int main() {
     for (auto& t : warm) pthread_join(t, nullptr);
   }
   g_pool.reserve(kThreads * 8);
-  const lt::Live start = lt::live_now();
+  const lt::Live start = lt::start_counting("thread_churn");
   const double t0 = lt::now_seconds();
 
   pthread_t ring[kAlive];
