@@ -14,9 +14,12 @@ import xml.etree.ElementTree as ET
 
 from real_common import Runner, check, check_lowtide_was_there, finish
 
+# About 1.5 minutes per run here. Not test_multiprocessing_forkserver or
+# test_concurrent_futures: 4-5 minutes per run between them, and
+# test_concurrent_futures fails on this machine without lowtide too.
 MODULES = ["test_list", "test_dict", "test_bytes", "test_set", "test_unicode", "test_json", "test_threading",
-           "test_queue", "test_thread", "test_multiprocessing_forkserver", "test_concurrent_futures",
-           "test_gc", "test_weakref"]
+           "test_queue", "test_thread", "test_gc", "test_weakref", "test_multiprocessing_main_handling",
+           "test_mmap", "test_array"]
 
 
 def outcomes(xml_path):
