@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
-#include <vector>
 
 #include "forward.hpp"
 #include "init.hpp"
@@ -365,10 +364,12 @@ int get_stats(struct ::lowtide_stats* out) {
     errno = EINVAL;
     return -1;
   }
-  std::vector<stats::ThreadRow> rows(stats::registry_size() + 16);
+  // Totals only: no per-thread rows. Allocating room for them here showed
+  // up in the very counts this returns (and could throw under memory
+  // exhaustion, out of a C function).
   stats::Snapshot snap{};
-  snap.rows = rows.data();
-  snap.cap = rows.size();
+  snap.rows = nullptr;
+  snap.cap = 0;
   stats::snapshot(&snap, false);
   const std::uint64_t* c = snap.total.c;
   struct ::lowtide_stats s;

@@ -31,7 +31,15 @@ std::uint32_t current_tid() {
 namespace {
 
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {
-  log::warn("{}='{}' {}; using the default {}", env, value, reason, def);
+  // The warning is one line of at most 512 bytes: a long value is cut short
+  // here, so the reason and the default used always fit.
+  constexpr std::size_t kShown = 80;
+  std::size_t n = 0;
+  while (n <= kShown && value[n] != '\0') ++n;
+  if (n > kShown)
+    log::warn("{}='{}...' {}; using the default {}", env, fmt::string_view(value, kShown), reason, def);
+  else
+    log::warn("{}='{}' {}; using the default {}", env, value, reason, def);
 }
 
 // fork: the child must find the arena lock free and its own pid. mimalloc

@@ -102,7 +102,7 @@ void start_thread() {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setstacksize(&attr, std::size_t{64} * 1024);
   pthread_t t;
   if (pthread_create(&t, &attr, &decay_main, nullptr) != 0) thread_started.store(false);
   pthread_attr_destroy(&attr);

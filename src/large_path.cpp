@@ -71,7 +71,6 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     base = a.addr(s);
     if (for_growth) {
       // Keep the whole warm block: the reallocs that follow grow into it.
-      need = got;
       bytes = std::size_t{got} << Arena::kGranuleShift;
     }
     // Reused pages hold old data: calloc's must read as zero.

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -336,9 +337,32 @@ bool write_all(int fd, const std::string& s) {
   return true;
 }
 
+int to_stderr_instead(const std::string& target, const std::string& body) {
+  int e = errno;
+  log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target, std::strerror(e));
+  write_all(2, body);
+  errno = e;
+  return -1;
+}
+
 int emit(const char* path, const std::string& body) {
   if (is_stderr(path)) return write_all(2, body) ? 0 : -1;
   std::string target = expand(path);
+  // Something other than a regular file (/dev/stderr, /dev/null, a FIFO, a
+  // link to one) is written to: renaming our file over it would replace it,
+  // and as root that breaks /dev for everyone. O_NONBLOCK: a FIFO nobody
+  // reads fails (ENXIO) instead of hanging the exit.
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    int fd = ::open(target.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      bool ok = write_all(fd, body);
+      ok = (::close(fd) == 0) && ok;
+      if (ok) return 0;
+    }
+    return to_stderr_instead(target, body);
+  }
   std::string tmp = fmt::format("{}.tmp.{}", target, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
@@ -347,11 +371,7 @@ int emit(const char* path, const std::string& body) {
     if (ok && ::rename(tmp.c_str(), target.c_str()) == 0) return 0;
     ::unlink(tmp.c_str());
   }
-  int e = errno;
-  log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target, std::strerror(e));
-  write_all(2, body);
-  errno = e;
-  return -1;
+  return to_stderr_instead(target, body);
 }
 
 int format_from_config() {

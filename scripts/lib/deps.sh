@@ -8,6 +8,11 @@ LOWTIDE_DEBS=(
   # tests/tools: lowtide compare runs every peer and draws its plot; the
   # Dask demo runs a distributed LocalCluster
   libjemalloc2 libtcmalloc-minimal4 python3-matplotlib python3-distributed
+  # reliability (docs/reliability.md): valgrind on the unit tests, libFuzzer
+  # (clang with its runtime), clang-tidy and cppcheck (scripts/lint), and the
+  # real programs of the 'real' suite: git, sqlite3, Python's own regression
+  # tests (the `test` package beyond libregrtest)
+  valgrind clang-14 libclang-rt-14-dev clang-tidy-14 cppcheck git sqlite3 libpython3.11-testsuite
 )
 
 lowtide_missing_debs() {

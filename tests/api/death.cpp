@@ -9,7 +9,9 @@
 
 #include "lowtide_test.hpp"
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dlfcn.h>
@@ -118,6 +120,68 @@ void case_reallocf_frees(int fd) {
   free(opaque(p));
 }
 
+// The block's last byte, and the 16 bytes before it (where its header is).
+void case_free_last_byte(int fd) {
+  unsigned char* p = large(3 * MiB);
+  unsigned char* q = opaque(p + 3 * MiB - 1);
+  report(fd, q);
+  free(q);
+}
+
+void case_free_header(int fd) {
+  unsigned char* p = large();
+  unsigned char* q = opaque(p - 16);
+  report(fd, q);
+  free(q);
+}
+
+// A freed block sits in the reuse cache, its pages still mapped: a pointer
+// into it is still no live block.
+void case_free_middle_of_cached(int fd) {
+  unsigned char* p = large(4 * MiB);
+  free(opaque(p));
+  unsigned char* q = opaque(p + 2 * MiB);
+  report(fd, q);
+  free(q);
+}
+
+// Inside lowtide's range, far from anything ever handed out.
+void case_free_never_allocated(int fd) {
+  unsigned char* p = large();
+  unsigned char* q = opaque(p + std::size_t{64} * 1024 * MiB);
+  report(fd, q);
+  free(q);
+}
+
+void case_delete_array_middle(int fd) {
+  auto* p = new unsigned char[opaque(5 * MiB)];
+  unsigned char* q = opaque(p + 4096);
+  report(fd, q);
+  delete[] q;
+}
+
+// Two threads free the same large block at once: one of them gets it, the
+// other must abort (the live-table slot is claimed atomically).
+void case_concurrent_double_free(int fd) {
+  for (int round = 0; round < 1000; ++round) {
+    unsigned char* p = large();
+    std::atomic<int> ready{0};
+    std::thread t([&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      free(opaque(p));
+    });
+    if (round == 0) report(fd, p);
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    free(opaque(p));
+    t.join();
+    // Only reached if neither free aborted, which must not happen.
+  }
+}
+
 // Control: valid large and small alloc/free, exits 0. Guards against a harness
 // that would "pass" every case.
 void case_control(int fd) {
@@ -144,6 +208,12 @@ const Case kCases[] = {
     {"double free of posix_memalign(4 MiB) block", case_aligned_double_free, true},
     {"operator delete of freed large block", case_delete_freed, true},
     {"free after failed reallocf", case_reallocf_frees, true},
+    {"free of a large block's last byte", case_free_last_byte, true},
+    {"free of large pointer - 16 (its header)", case_free_header, true},
+    {"free into the middle of a cached (freed) block", case_free_middle_of_cached, true},
+    {"free of a never-allocated address in the range", case_free_never_allocated, true},
+    {"delete[] of a pointer into a large array", case_delete_array_middle, true},
+    {"the same large block freed by two threads at once", case_concurrent_double_free, true},
 };
 
 std::string read_all_bounded(int fd, double seconds) {

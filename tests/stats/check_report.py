@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -323,6 +324,64 @@ def case_unwritable(a, tmp):
     rc, out, err = hello(a, tmp, LOWTIDE_STATS="text", LOWTIDE_STATS_FILE="/nonexistent-dir/r.txt")
     check(rc == 0 and "cannot write the report to '/nonexistent-dir/r.txt'" in err and "==== lowtide" in err,
           "text report on stderr after the warning")
+
+
+def case_unwritable_more(a, tmp):
+    """Other ways a report path fails: a directory, a path under a regular
+    file, a read-only file system. Each: one warning, the report on stderr."""
+    os.mkdir(os.path.join(tmp, "adir"))
+    with open(os.path.join(tmp, "afile"), "w") as f:
+        f.write("x")
+    for path in (os.path.join(tmp, "adir"), os.path.join(tmp, "afile", "r.json"), "/proc/self/lowtide-r.json"):
+        rc, out, err = hello(a, tmp, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path)
+        lines = err.splitlines(keepends=True)
+        warn = [ln for ln in lines if ln.startswith("lowtide: warning: cannot write the report to")]
+        check(rc == 0 and out == OWN_OUT, f"{path}: exit status {rc}, stdout")
+        check(len(warn) == 1 and f"'{path}'" in warn[0], f"{path}: one warning naming it: {lines[:3]}")
+        rest = "".join(ln for ln in lines if ln not in warn and ln != OWN_ERR)
+        try:
+            check_schema(json.loads(rest))
+        except ValueError as e:
+            check(False, f"{path}: the JSON report on stderr: {e}: {rest[:200]!r}")
+    check(os.path.isdir(os.path.join(tmp, "adir")) and open(os.path.join(tmp, "afile")).read() == "x",
+          "the directory and the file are left as they were")
+
+
+def case_special_targets(a, tmp):
+    """A report path naming something that is not a regular file (a symlink to
+    /dev/null, as LOWTIDE_STATS_FILE=/dev/stderr would be; a FIFO) is written
+    to, never replaced by a file of ours (as root, replacing /dev/null or
+    /dev/stderr would break the system)."""
+    link = os.path.join(tmp, "null-link")
+    os.symlink("/dev/null", link)
+    rc, out, err = hello(a, tmp, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=link)
+    check(rc == 0 and out == OWN_OUT and err == OWN_ERR, f"report to a link to /dev/null: exit {rc}, stderr {err[:300]!r}")
+    check(os.path.islink(link) and os.readlink(link) == "/dev/null", "the symlink to /dev/null is still that symlink")
+    check(not [n for n in os.listdir(tmp) if n.startswith("null-link.tmp")], f"no temporary left: {os.listdir(tmp)}")
+
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    # Opened for reading first, without blocking, so a writer's open succeeds;
+    # a hello report is far smaller than the pipe buffer.
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    rc, out, err = hello(a, tmp, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=fifo)
+    chunks = []
+    while True:
+        try:
+            b = os.read(rfd, 65536)
+        except BlockingIOError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(rfd)
+    check(rc == 0 and out == OWN_OUT and err == OWN_ERR, f"report to a FIFO: exit {rc}, stderr {err[:300]!r}")
+    check(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO is still a FIFO")
+    body = b"".join(chunks).decode(errors="replace")
+    try:
+        check_schema(json.loads(body))
+    except ValueError as e:
+        check(False, f"the JSON report through the FIFO: {e}: {body[:200]!r}")
 
 
 def case_thread_exit(a, tmp):

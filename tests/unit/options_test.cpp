@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -103,4 +104,46 @@ TEST_CASE("LOWTIDE_SITES takes a plain count, LOWTIDE_SITE_SAMPLE a size") {
   CHECK(c.get(Opt::site_sample) == (std::uint64_t{2} << 20));
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("|2MiB") != std::string::npos);
+}
+
+TEST_CASE("every option: empty, garbage, negative, huge and overflowing values warn once and keep the default") {
+  Config defaults = load({});
+  const std::string long_text(5000, '7');
+  const std::vector<std::string> size_bad = {"", "   ", "abc", "-1", "-0", "+5", "1.5M", "0x10", "1e9", "12 34",
+                                             "5 MiB B", "1P", "99999999999999999999999", "16777216T",
+                                             "18446744073709551615", long_text};
+  const std::vector<std::string> choice_bad = {"", " ", "garbage", "-1", "2", "99999999999999999999", "onn",
+                                               "on off", long_text};
+  const std::vector<std::string> text_bad = {"", std::string(kTextMax, 'p')};
+  for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
+    const OptionSpec& o = kOptions[i];
+    std::vector<std::string> bad = o.kind == OptKind::size ? size_bad : o.kind == OptKind::choice ? choice_bad : text_bad;
+    if (o.kind == OptKind::size) {
+      if (o.min > 0) bad.push_back(std::to_string(o.min - 1));  // just below the range
+      bad.push_back(std::to_string(o.max + 1));                  // just above it
+    }
+    for (const std::string& v : bad) {
+      INFO(o.env << "='" << v.substr(0, 40) << "'");
+      const std::string entry = std::string(o.env) + "=" + v;
+      Config c = load({entry.c_str()});
+      REQUIRE(warnings.size() == 1);
+      // "variable|value|reason|default", the reason not empty
+      const std::string head = std::string(o.env) + "|" + v + "|";
+      const std::string tail = std::string("|") + o.default_text;
+      CHECK(warnings[0].rfind(head, 0) == 0);
+      CHECK(warnings[0].size() > head.size() + tail.size());
+      CHECK(warnings[0].compare(warnings[0].size() - tail.size(), tail.size(), tail) == 0);
+      CHECK(c.value[i] == defaults.value[i]);
+      CHECK(std::string(c.text[i]) == defaults.text[i]);
+    }
+  }
+}
+
+TEST_CASE("a bad value for one option leaves the others as set") {
+  Config c = load({"LOWTIDE_CUTOFF=banana", "LOWTIDE_CACHE=0", "LOWTIDE_STATS=json", "LOWTIDE_DECAY_MS=-3"});
+  CHECK(warnings.size() == 2);
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
+  CHECK(c.get(Opt::cache) == 0);
+  CHECK(stats_mode(c.get(Opt::stats)) == StatsMode::json);
+  CHECK(c.get(Opt::decay_ms) == 500);
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""/usr/bin/python3 running its own regression tests (Debian's
+libpython3.11-testsuite) for lists, dicts, bytes, threads, multiprocessing
+and more, with and without lowtide. Each run writes a JUnit XML file of
+every test case's outcome; both runs must pass, and the outcomes (passed,
+skipped, failed, per test case) must be the same.
+
+Usage: python_test.py <liblowtide.so>"""
+import os
+import shutil
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+from real_common import Runner, check, check_lowtide_was_there, finish
+
+# About 1.5 minutes per run here. Not test_multiprocessing_forkserver or
+# test_concurrent_futures: 4-5 minutes per run between them, and
+# test_concurrent_futures fails on this machine without lowtide too.
+MODULES = ["test_list", "test_dict", "test_bytes", "test_set", "test_unicode", "test_json", "test_threading",
+           "test_queue", "test_thread", "test_gc", "test_weakref", "test_multiprocessing_main_handling",
+           "test_mmap", "test_array"]
+
+
+def outcomes(xml_path):
+    result = {}
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        name = case.get("classname", "") + "." + case.get("name", "")
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        result[name] = kinds[0] if kinds else "ok"
+    return result
+
+
+def main():
+    lib = sys.argv[1]
+    modules = os.environ.get("LOWTIDE_REAL_PYTHON_MODULES", " ".join(MODULES)).split()
+    results = {}
+    for under in (False, True):
+        work = tempfile.mkdtemp(prefix="lowtide-pytest-")
+        runner = Runner(lib, under)
+        xml = os.path.join(work, "junit.xml")
+        # -j2: two worker processes (under lowtide too); --timeout bounds a hung test
+        rc, so, se = runner.run(["/usr/bin/python3", "-m", "test", "-j2", "--timeout=240", "--junit-xml", xml,
+                                 *modules], timeout=900, cwd=work, TMPDIR=work)
+        tail = so.decode(errors="replace")[-1500:]
+        label = "under lowtide" if under else "without lowtide"
+        check(rc == 0 and "Tests result: SUCCESS" in tail, f"python3 -m test {label}: exit {rc}\n{tail}")
+        results[under] = outcomes(xml) if os.path.exists(xml) else {}
+        shutil.rmtree(work)
+        if under:
+            check_lowtide_was_there(runner, "python3 -m test")
+    plain, lt = results[False], results[True]
+    counts = {k: sum(1 for v in lt.values() if v == k) for k in ("ok", "skipped", "failure", "error")}
+    print(f"python3 -m test: {len(modules)} modules, {len(lt)} test cases under lowtide: {counts}")
+    check(len(lt) > 1000, f"only {len(lt)} test cases ran")
+    differ = sorted(n for n in set(plain) | set(lt) if plain.get(n) != lt.get(n))
+    check(not differ, f"{len(differ)} test cases differ: " + ", ".join(
+        f"{n}: {plain.get(n)} -> {lt.get(n)}" for n in differ[:20]))
+    finish("python3 -m test")
+
+
+if __name__ == "__main__":
+    main()

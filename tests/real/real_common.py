@@ -1,0 +1,76 @@
+"""What the real-program tests share: running a command with and without
+lowtide (the same clean environment otherwise, a timeout on every run),
+proof that lowtide really was in the processes (each one writes a JSON
+report of its own), and failed checks collected rather than fatal."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def finish(name):
+    if failures:
+        print("%s: %d check(s) failed" % (name, len(failures)))
+        sys.exit(1)
+    print("PASS", name)
+
+
+def base_env(**kv):
+    """Deterministic locale and time zone, no inherited LD_PRELOAD or LOWTIDE_*."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("LOWTIDE_")}
+    env.update(LC_ALL="C.UTF-8", TZ="UTC")
+    env.update(kv)
+    return env
+
+
+class Runner:
+    """Runs commands either plainly or under lowtide; under lowtide every
+    process (children included: the name has %p) writes a JSON report."""
+
+    def __init__(self, lib, under_lowtide):
+        self.lib = lib
+        self.under = under_lowtide
+        self.reports = tempfile.mkdtemp(prefix="lowtide-real-reports-")
+
+    def env(self, **kv):
+        env = base_env(**kv)
+        if self.under:
+            env.update(LD_PRELOAD=self.lib, LOWTIDE_STATS="json",
+                       LOWTIDE_STATS_FILE=os.path.join(self.reports, "r.%p.json"))
+        return env
+
+    def run(self, argv, timeout=300, input=None, cwd=None, **kv):
+        p = subprocess.run(argv, env=self.env(**kv), cwd=cwd, input=input, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    def report_totals(self):
+        """(processes that reported, their malloc+calloc+realloc calls, large blocks mapped)."""
+        procs = calls = large = 0
+        for path in glob.glob(os.path.join(self.reports, "r.*.json")):
+            with open(path) as f:
+                r = json.load(f)
+            procs += 1
+            c = r["totals"]["calls"]
+            calls += c["malloc"] + c["calloc"] + c["realloc"]
+            large += r["large"]["maps"]
+        return procs, calls, large
+
+
+def check_lowtide_was_there(runner, what, want_large=True):
+    procs, calls, large = runner.report_totals()
+    print(f"{what}: {procs} processes under lowtide reported {calls} allocation calls, {large} large blocks")
+    check(procs > 0 and calls > 0, f"{what}: no lowtide report from any process (was the shim loaded?)")
+    if want_large:
+        check(large > 0, f"{what}: no large block went through lowtide's large path")
