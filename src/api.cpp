@@ -29,12 +29,29 @@ inline bool is_large_request(std::size_t n, std::size_t align) {
   return n >= g.cutoff || align > Arena::kGranule;
 }
 
-void warn_full_once() {
-  if (g.large_disabled || g.warned_full.exchange(true, std::memory_order_relaxed)) return;
-  if (g.mode.load(std::memory_order_relaxed) != kReady) return;
-  char buf[32];
-  log::warn("the large-block range ({}) is full; further large blocks go to mimalloc",
-            format_size(g.arena.size(), buf, sizeof buf));
+// The large path had no room for n bytes: may mimalloc take them? mimalloc
+// maps with MAP_NORESERVE, which skips the kernel's overcommit check, so the
+// check is made here: what glibc's malloc would be refused (a block larger
+// than RAM + swap, in the default heuristic mode) is refused, ENOMEM.
+// Otherwise warns once, naming the cause: a range full of live blocks, or a
+// request larger than the whole range.
+bool may_fall_back(std::size_t n) {
+  if (pal::overcommit_refuses(n)) {
+    errno = ENOMEM;
+    return false;
+  }
+  if (g.large_disabled || g.mode.load(std::memory_order_relaxed) != kReady) return true;
+  const bool too_big = n >= g.arena.size();
+  std::atomic<bool>& warned = too_big ? g.warned_too_big : g.warned_full;
+  if (warned.exchange(true, std::memory_order_relaxed)) return true;
+  char range[32], req[32];
+  format_size(g.arena.size(), range, sizeof range);
+  if (too_big)
+    log::warn("a block of {} is larger than the large-block range ({}); such blocks go to mimalloc",
+              format_size(n, req, sizeof req), range);
+  else
+    log::warn("the large-block range ({}) is full; further large blocks go to mimalloc", range);
+  return true;
 }
 
 __attribute__((noinline)) void* small_fallback(std::size_t n, std::size_t align, bool zero) {
@@ -70,7 +87,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
     case large::Result::no_memory: errno = ENOMEM; return nullptr;
     case large::Result::no_room: break;
   }
-  warn_full_once();
+  if (!may_fall_back(n)) return nullptr;
   p = small_fallback(n, align, zero);
   if (p != nullptr) {
     stats::add(st, stats::kLargeFallback, 1);
@@ -161,10 +178,17 @@ void* realloc(void* p, std::size_t n) {
 
   if (g.arena.contains(p)) {
     if (n >= g.shrink_below) {
-      void* q = large::resize(p, n);
-      if (LT_LIKELY(q != nullptr)) return q;
+      void* q = nullptr;
+      switch (large::resize(p, n, &q)) {
+        case large::Result::ok: return q;
+        // The kernel refused (out of memory, vm.max_map_count): as glibc,
+        // fail and keep the block; mimalloc would ask the same kernel.
+        case large::Result::no_memory: errno = ENOMEM; return nullptr;
+        case large::Result::no_room: break;
+      }
       // No room left in the reserved range: move the block to mimalloc
       // rather than fail (the same fallback new large blocks get).
+      if (!may_fall_back(n)) return nullptr;
       std::size_t old = large::usable(p, "realloc()");
       std::size_t req = large::requested(p);
       if (req < old) old = req;
@@ -175,7 +199,6 @@ void* realloc(void* p, std::size_t n) {
       }
       std::memcpy(q, p, old < n ? old : n);
       large::release(p, "realloc()");
-      warn_full_once();
       stats::add(st, stats::kLargeFallback, 1);
       stats::add(st, stats::kSmallRequested, n);
       stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
@@ -209,7 +232,9 @@ void* realloc(void* p, std::size_t n) {
         stats::add(st, stats::kSmallFreed, old);
         return q;
       case large::Result::no_memory: errno = ENOMEM; return nullptr;
-      case large::Result::no_room: warn_full_once(); break;
+      case large::Result::no_room:
+        if (!may_fall_back(n)) return nullptr;
+        break;
     }
   }
   void* q = small::reallocate(p, n);

@@ -69,7 +69,7 @@ std::size_t give_back(const Entry* out, int n) {
   for (int i = 0; i < n; ++i) {
     std::size_t len = std::size_t{out[i].n} << Arena::kGranuleShift;
     char* p = g.arena.addr(out[i].start);
-    if (!pal::decommit_fixed(p, len)) pal::discard(p, len);
+    pal::decommit(p, len);
     g.arena.release(out[i].start, out[i].n);
     g.large_mapped.fetch_sub(len, std::memory_order_relaxed);
     total += len;

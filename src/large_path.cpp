@@ -24,13 +24,6 @@ std::size_t user_offset(std::size_t align) {
   return align <= G ? align : G;
 }
 
-// Release pages of [p, p+len) back to the kernel without leaving a hole.
-// At vm.max_map_count the replacement mapping can fail (it may split a VMA):
-// then drop the pages in place; the range stays ours either way.
-void give_back(char* p, std::size_t len) {
-  if (!pal::decommit_fixed(p, len)) pal::discard(p, len);
-}
-
 constexpr std::size_t kHuge = std::size_t{2} << 20;
 constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
 
@@ -85,7 +78,7 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     if (s == Arena::kNone && cache::purge(true) != 0) s = a.alloc(need, align_g, skew);
     if (s == Arena::kNone) return Result::no_room;
     base = a.addr(s);
-    if (!pal::commit_fixed(base, bytes)) {
+    if (!pal::commit(base, bytes)) {
       a.release(s, need);
       return Result::no_memory;
     }
@@ -123,7 +116,7 @@ void release(void* p, const char* what) {
   if (cache::put(s, n)) {
     stats::add(st, stats::kLargeCachedFrees, 1);
   } else {
-    give_back(a.addr(s), bytes);
+    pal::decommit(a.addr(s), bytes);
     a.release(s, n);
     g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
     stats::add(st, stats::kLargeReturnedBytes, bytes);
@@ -144,17 +137,14 @@ std::size_t requested(const void* p) {
   return h->requested;
 }
 
-void* resize(void* p, std::size_t size) {
+Result resize(void* p, std::size_t size, void** out) {
   Arena& a = g.arena;
   std::uint32_t s = a.lookup(p);
   if (s == Arena::kNone) invalid("realloc()", p);
   char* base = a.addr(s);
   auto off = static_cast<std::size_t>(static_cast<char*>(p) - base);
   std::uint32_t n = a.used_length(s);
-  if (size > a.size() - off) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  if (size > a.size() - off) return Result::no_room;
   std::size_t bytes = round_up(off + size, G);
   auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
   BlockHeader* h = header_of(p);
@@ -177,7 +167,7 @@ void* resize(void* p, std::size_t size) {
     // (a reused cached block) keeps it for the next growth step.
     if (need < n && size < h->requested) {
       std::size_t tail = std::size_t{n - need} << Arena::kGranuleShift;
-      give_back(a.addr(s + need), tail);
+      pal::decommit(a.addr(s + need), tail);
       a.shrink(s, n, need);
       g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
       stats::add(st, stats::kLargeReturnedBytes, tail);
@@ -187,7 +177,8 @@ void* resize(void* p, std::size_t size) {
     }
     h->requested = size;
     account(stats::kLargeInPlace);
-    return p;
+    *out = p;
+    return Result::ok;
   }
 
   // Grow in place into the warm cached extent right behind the block (a
@@ -198,21 +189,23 @@ void* resize(void* p, std::size_t size) {
     h->requested = size;
     account(stats::kLargeInPlace);
     stats::add(st, stats::kLargeReused, 1);
-    return p;
+    *out = p;
+    return Result::ok;
   }
   // Grow in place by carving the adjacent free extent: no copy, no move.
   if (a.grow(s, n, need)) {
-    if (pal::commit_fixed(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift)) {
+    if (pal::commit(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift)) {
       if (wants_huge(bytes)) pal::advise_hugepage(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift);
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
       h->requested = size;
       account(stats::kLargeInPlace);
-      return p;
+      *out = p;
+      return Result::ok;
     }
+    // Refused (at vm.max_map_count it may need a split): try a move, which
+    // may find a cached block that needs no syscall.
     a.shrink(s, need, n);
-    errno = ENOMEM;
-    return nullptr;
   }
 
   // Move: a new extent, the user pointer at the same offset in it (realloc
@@ -233,18 +226,14 @@ void* resize(void* p, std::size_t size) {
     cache::evict_for(bytes - old_bytes);
     ns = a.alloc(need, huge_g, 0);
     if (ns == Arena::kNone && cache::purge(true) != 0) ns = a.alloc(need, huge_g, 0);
-    if (ns == Arena::kNone) {
-      errno = ENOMEM;
-      return nullptr;
-    }
+    if (ns == Arena::kNone) return Result::no_room;
   }
   char* nbase = a.addr(ns);
   // Commit the tail first, so that once the pages have moved nothing can fail.
   if (!warm) {
-    if (!pal::commit_fixed(nbase + old_bytes, bytes - old_bytes)) {
+    if (!pal::commit(nbase + old_bytes, bytes - old_bytes)) {
       a.release(ns, need);
-      errno = ENOMEM;
-      return nullptr;
+      return Result::no_memory;
     }
     if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   }
@@ -252,11 +241,10 @@ void* resize(void* p, std::size_t size) {
   if (!moved) {
     // mremap refused (an old kernel, or the block spans several VMAs since
     // someone madvised part of it): copy what the user asked for.
-    if (!warm && !pal::commit_fixed(nbase, old_bytes)) {
-      give_back(nbase, bytes);
+    if (!warm && !pal::commit(nbase, old_bytes)) {
+      pal::decommit(nbase, bytes);
       a.release(ns, need);
-      errno = ENOMEM;
-      return nullptr;
+      return Result::no_memory;
     }
     std::size_t keep = h->requested < old_bytes - off ? h->requested : old_bytes - off;
     std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
@@ -275,12 +263,13 @@ void* resize(void* p, std::size_t size) {
   nh->length = bytes;
   nh->requested = size;
   a.claim(p);
-  give_back(base, old_bytes);
+  pal::decommit(base, old_bytes);
   a.release(s, n);
   a.publish(user, ns, nh->site);
   if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
-  return user;
+  *out = user;
+  return Result::ok;
 }
 
 }  // namespace lowtide::large

@@ -18,10 +18,10 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
 // on a pointer that is not a live large block. `what` names the caller.
 void release(void* p, const char* what);
 
-// Resize keeping the block on the large path; returns the (possibly moved)
-// pointer or nullptr (ENOMEM) leaving p intact. Grows in place when the
+// Resize keeping the block on the large path; *out is the (possibly moved)
+// pointer. On no_room or no_memory p is left intact. Grows in place when the
 // following extent is free, else moves the pages with mremap, else copies.
-void* resize(void* p, std::size_t size);
+Result resize(void* p, std::size_t size, void** out);
 
 // Bytes usable at p; aborts on an invalid pointer.
 std::size_t usable(const void* p, const char* what);

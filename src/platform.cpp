@@ -1,9 +1,12 @@
 #include "platform.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #ifndef MREMAP_DONTUNMAP
@@ -37,23 +40,89 @@ void* reserve_aligned(std::size_t len, std::size_t align) {
   return reinterpret_cast<void*>(aligned);
 }
 
-bool commit_fixed(void* p, std::size_t len) {
-  void* r = ::mmap(p, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  return r == p;
+namespace {
+
+// vm.overcommit_memory, read at the first commit: 0 heuristic, 1 always, 2 never.
+std::atomic<int> overcommit_mode{-1};
+// RAM + swap in pages, as of the last sysinfo().
+std::atomic<unsigned long long> ram_swap_pages{0};
+
+int overcommit() {
+  int m = overcommit_mode.load(std::memory_order_relaxed);
+  if (m < 0) {
+    char buf[16];
+    m = read_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf) > 0 && buf[0] >= '0' && buf[0] <= '2'
+            ? buf[0] - '0'
+            : 0;
+    overcommit_mode.store(m, std::memory_order_relaxed);
+  }
+  return m;
 }
 
-bool decommit_fixed(void* p, std::size_t len) {
+unsigned long long read_ram_swap_pages() {
+  struct sysinfo si;
+  if (::sysinfo(&si) != 0) return ~0ull;
+  unsigned long long unit = si.mem_unit != 0 ? si.mem_unit : 1;
+  return (static_cast<unsigned long long>(si.totalram) + si.totalswap) * unit / kPageSize;
+}
+
+}  // namespace
+
+// Commits carry MAP_NORESERVE so that a committed block has exactly the
+// flags of the reserved space around it: after a free the kernel can merge
+// the two again, which at vm.max_map_count is the only way the count comes
+// back down (an accounted mapping made PROT_NONE keeps VM_ACCOUNT and never
+// merges). MAP_NORESERVE also skips the kernel's overcommit check, so the
+// check it would have made is made here. In the heuristic mode (0) the kernel
+// refuses one mapping larger than RAM + swap. In mode 2 it ignores
+// MAP_NORESERVE and accounts as usual; in mode 1 it refuses nothing.
+bool overcommit_refuses(std::size_t len) {
+  if (overcommit() != 0) return false;
+  unsigned long long pages = len / kPageSize;
+  unsigned long long known = ram_swap_pages.load(std::memory_order_relaxed);
+  // RAM and swap change (swapon, hotplug), but seldom by half: re-read only
+  // for a request that comes near the last figure.
+  if (known != 0 && pages <= known / 2) return false;
+  known = read_ram_swap_pages();
+  ram_swap_pages.store(known, std::memory_order_relaxed);
+  return pages > known;
+}
+
+bool commit(void* p, std::size_t len) {
+  if (overcommit_refuses(len)) {
+    errno = ENOMEM;
+    return false;
+  }
+  void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (r == p) return true;
+  // At vm.max_map_count the kernel refuses every mmap, even one that would
+  // add no mapping; mprotect it refuses only when a mapping must be split.
+  // The pages of a free extent are already dropped, so no fresh zero pages
+  // are needed. (A partial success leaves part of the range read-write and
+  // zero, which is a valid state for a free extent.)
+  return ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
+}
+
+void decommit(void* p, std::size_t len) {
   void* r = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0);
-  return r == p;
+  if (r == p) return;
+  // At vm.max_map_count: drop the pages in place, then make the range
+  // PROT_NONE. When it is a whole mapping between reserved ones that merges
+  // the three, lowering the count; when it would split a mapping the kernel
+  // refuses, and the range stays read-write with its pages gone.
+  if (::madvise(p, len, MADV_DONTNEED) == 0) {
+    ::mprotect(p, len, PROT_NONE);
+    return;
+  }
+  // madvise refuses locked pages (mlockall): then the range must at least
+  // read as zeros when it is handed out again.
+  std::memset(p, 0, len);
 }
 
 bool move_pages(void* src, std::size_t len, void* dst) {
   void* r = ::mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
   return r == dst;
 }
-
-bool discard(void* p, std::size_t len) { return ::madvise(p, len, MADV_DONTNEED) == 0; }
 
 void unmap(void* p, std::size_t len) { ::munmap(p, len); }
 

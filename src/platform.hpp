@@ -12,17 +12,28 @@ constexpr std::size_t kPageSize = 4096;
 void* reserve(std::size_t len);
 // Reserve len bytes aligned to `align` (a power of two >= page size).
 void* reserve_aligned(std::size_t len, std::size_t align);
-// Atomically replace [p, p+len) with fresh read-write zero pages.
-bool commit_fixed(void* p, std::size_t len);
-// Atomically replace [p, p+len) with reserved PROT_NONE space, dropping the
-// pages. Never leaves a hole another thread's mmap could land in.
-bool decommit_fixed(void* p, std::size_t len);
+// Make [p, p+len) read-write. Its pages must already have been dropped (a
+// free extent of the range is), so it reads as zeros. Usually one mmap over
+// it; at vm.max_map_count, where the kernel refuses every mmap, mprotect.
+// Refused (ENOMEM) where the kernel would refuse an accounted mapping: see
+// platform.cpp. Returns false with the range still reserved, or read-write
+// in part, and its pages still dropped.
+bool commit(void* p, std::size_t len);
+// Would the kernel refuse an accounted private mapping of len bytes (the
+// heuristic overcommit check)? commit() asks this first, since it maps with
+// MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
+// does too.
+bool overcommit_refuses(std::size_t len);
+// Drop the pages of [p, p+len) and make it reserved PROT_NONE space again.
+// Never leaves a hole another thread's mmap could land in. At
+// vm.max_map_count the range may stay read-write (its pages dropped all the
+// same); either way it reads as zeros once committed again.
+void decommit(void* p, std::size_t len);
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
-// appears. Fails on old kernels and on ranges that span several VMAs.
+// appears. Fails on old kernels, on ranges that span several VMAs and at
+// vm.max_map_count.
 bool move_pages(void* src, std::size_t len, void* dst);
-// Drop the pages but keep the mapping (fallback when the VMA limit is hit).
-bool discard(void* p, std::size_t len);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);

@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 using lt::KiB;
 using lt::MiB;
@@ -794,6 +795,51 @@ struct Mailbox {
   std::deque<std::pair<void*, std::size_t>> q;
 };
 
+// ------------------------------------------- the kernel's overcommit check
+// A block larger than RAM + swap: the kernel's heuristic overcommit mode (0,
+// the default) refuses an mmap that big, so glibc's malloc returns NULL.
+// lowtide commits with MAP_NORESERVE, which skips that check, and must make
+// it itself. Whatever the mode, malloc must refuse exactly what a plain
+// private mapping of the same size is refused, and grant what it is granted.
+bool kernel_grants(std::size_t n) {
+  void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return false;
+  munmap(m, n);
+  return true;
+}
+
+void test_kernel_refusal(bool verbose) {
+  struct sysinfo si {};
+  CHECK(sysinfo(&si) == 0, "sysinfo: %s", std::strerror(errno));
+  const std::size_t total = (static_cast<std::size_t>(si.totalram) + si.totalswap) * si.mem_unit;
+  const std::size_t sizes[] = {total + (std::size_t{1} << 30), total / 2, std::size_t{2} << 40};
+  for (std::size_t n : sizes) {
+    const bool grants = kernel_grants(n);
+    if (verbose) std::printf("  %-24s %zu MiB (RAM + swap %zu MiB): kernel %s\n", "kernel_refusal", n >> 20, total >> 20,
+                             grants ? "grants" : "refuses");
+    errno = 0;
+    void* p = malloc(opaque(n));
+    if (!grants) {
+      expect_enomem(p, "malloc(> RAM + swap)");
+      errno = 0;
+      expect_enomem(calloc(1, opaque(n)), "calloc(> RAM + swap)");
+      void* q = reinterpret_cast<void*>(0x1234);
+      CHECK(posix_memalign(&q, 2 * MiB, opaque(n)) == ENOMEM, "posix_memalign(> RAM + swap) did not fail");
+      void* b = xmalloc(2 * g_cutoff);
+      lt::fill_pattern(b, 2 * g_cutoff, 9);
+      errno = 0;
+      expect_enomem(realloc(opaque(b), opaque(n)), "realloc(p, > RAM + swap)");
+      CHECK(lt::find_pattern_mismatch(b, 2 * g_cutoff, 9) == SIZE_MAX, "a refused realloc damaged the block");
+      release(b);
+      continue;
+    }
+    CHECK(p != nullptr, "malloc(%zu) failed (%s) where the kernel maps that size", n, std::strerror(errno));
+    static_cast<volatile char*>(p)[0] = 1;
+    static_cast<volatile char*>(p)[n - 1] = 2;
+    release(p);
+  }
+}
+
 void test_cross_thread_frees() {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 160;
@@ -894,6 +940,7 @@ int main() {
     std::printf("ok\n");
   }
   test_madvise_split_realloc(true);
+  test_kernel_refusal(true);
   if (g_lowtide) {
     std::printf("  %-24s ", "extra_exports");
     std::fflush(stdout);
