@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::uint32_t kFramePool = 128 * 1024;  // frames of all sites together
 constexpr std::uint32_t kModules = 1024;
-constexpr std::size_t kStrings = 256 * 1024;      // module paths
+constexpr std::size_t kStrings = std::size_t{256} * 1024;  // module paths
 // Past this many sites, new stacks count in the "table full" row: probe
 // chains stay short.
 constexpr std::uint32_t kMaxUsed = kSites / 4 * 3;
@@ -78,7 +78,7 @@ std::uint32_t weight_of(std::size_t size) {
   if (interval_bytes == 0) return kWeightOne;
   double p = -std::expm1(-static_cast<double>(size) / static_cast<double>(interval_bytes));
   double w = p > 0 ? kWeightOne / p : 0x1.0p31;
-  return w >= 0x1.0p31 ? 0x80000000u : static_cast<std::uint32_t>(w + 0.5);
+  return w >= 0x1.0p31 ? 0x80000000u : static_cast<std::uint32_t>(std::lround(w));
 }
 
 std::uint64_t scaled(std::size_t usable, std::uint32_t w) {
