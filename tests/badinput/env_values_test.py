@@ -13,11 +13,15 @@ more spellings.)
 Usage: env_values_test.py <liblowtide.so>"""
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import lttest  # noqa: E402
+from lttest import check, clean_env, failures  # noqa: E402
 
 PROBE = r'''
 import ctypes, json, os, sys
+
 FIELDS = ["malloc_calls", "calloc_calls", "realloc_calls", "aligned_calls", "free_calls",
           "small_requested", "small_out", "small_freed", "large_requested", "large_out", "large_freed",
           "large_maps", "large_unmaps", "large_in_place", "large_remaps", "large_remap_bytes",
@@ -79,21 +83,9 @@ DEFAULTS = {"LOWTIDE_CUTOFF": "128KiB", "LOWTIDE_RESERVE": "1TiB", "LOWTIDE_CACH
             "LOWTIDE_DECAY_MS": "500", "LOWTIDE_DECAY_THREAD": "on", "LOWTIDE_HUGEPAGES": "on",
             "LOWTIDE_STATS": "off", "LOWTIDE_STATS_FILE": "stderr"}
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
 
 def run(lib, **kv):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
-    env.update(LD_PRELOAD=lib, **kv)
-    p = subprocess.run(["/usr/bin/python3", "-c", PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=60)
-    return p.returncode, p.stdout.decode(), p.stderr.decode(errors="replace")
+    return lttest.run(["/usr/bin/python3", "-c", PROBE], clean_env(lib, **kv), 60)
 
 
 def main():

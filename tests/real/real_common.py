@@ -9,29 +9,13 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def finish(name):
-    if failures:
-        print("%s: %d check(s) failed" % (name, len(failures)))
-        sys.exit(1)
-    print("PASS", name)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from lttest import check, clean_env, failures, finish  # noqa: E402,F401
 
 
 def base_env(**kv):
     """Deterministic locale and time zone, no inherited LD_PRELOAD or LOWTIDE_*."""
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("LOWTIDE_")}
-    env.update(LC_ALL="C.UTF-8", TZ="UTC")
-    env.update(kv)
-    return env
+    return clean_env(**{"LC_ALL": "C.UTF-8", "TZ": "UTC", **kv})
 
 
 class Runner:

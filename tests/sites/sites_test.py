@@ -9,35 +9,20 @@ watchdogs too."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import lttest  # noqa: E402
+from lttest import check, clean_env, failures  # noqa: E402
+
+
 TIMEOUT = 150
-failures = []
 HELPERS = {"sitetest::one_block", "sitetest::fill_and_drop"}
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def env_with(lib, **kv):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
-    env["LD_PRELOAD"] = lib
-    env.update(kv)
-    return env
-
-
 def run(argv, env):
-    p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
-    out, err = p.stdout.decode(), p.stderr.decode()
-    if p.returncode != 0:
-        print("stdout:", out, "\nstderr:", err[-4000:], sep="\n")
-    return p.returncode, out, err
+    return lttest.run(argv, env, TIMEOUT, show_failure=True)
 
 
 def report_of(tmp):
@@ -71,7 +56,7 @@ def check_frames(site, prog):
 
 
 def named(a, tmp, shown):
-    rc, out, err = run([a.prog, "named"], env_with(a.lib, LOWTIDE_STATS="both", LOWTIDE_SITES=str(shown),
+    rc, out, err = run([a.prog, "named"], clean_env(a.lib, LOWTIDE_STATS="both", LOWTIDE_SITES=str(shown),
                                                    LOWTIDE_SITE_SAMPLE="0",
                                                    LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
@@ -144,7 +129,7 @@ def case_limit(a, tmp):
 
 def case_sampled(a, tmp):
     interval = 1 << 20
-    rc, out, err = run([a.prog, "many"], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="5",
+    rc, out, err = run([a.prog, "many"], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="5",
                                                   LOWTIDE_SITE_SAMPLE=str(interval),
                                                   LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
@@ -165,7 +150,7 @@ def case_sampled(a, tmp):
 
 def case_dlopen(a, tmp):
     ondemand = os.path.join(tmp, "now.txt")
-    rc, out, err = run([a.dlopen, a.target, ondemand], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="50",
+    rc, out, err = run([a.dlopen, a.target, ondemand], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="50",
                                                       LOWTIDE_SITE_SAMPLE="0",
                                                       LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
@@ -193,7 +178,7 @@ def case_bad(a, tmp):
                               ("LOWTIDE_SITES", "5000", "0"), ("LOWTIDE_SITE_SAMPLE", "2G", "2MiB"),
                               ("LOWTIDE_SITE_SAMPLE", "x", "2MiB")):
         extra = {"LOWTIDE_SITES": "3"} if var != "LOWTIDE_SITES" else {}
-        rc, out, err = run([a.prog, "named"], env_with(a.lib, **{var: val}, **extra))
+        rc, out, err = run([a.prog, "named"], clean_env(a.lib, **{var: val}, **extra))
         check(rc == 0, f"{var}={val}: exit status {rc}")
         lines = [ln for ln in err.splitlines() if ln.startswith("lowtide:")]
         check(len(lines) == 1 and f"{var}='{val}'" in lines[0] and f"using the default {default}" in lines[0],
@@ -201,7 +186,7 @@ def case_bad(a, tmp):
 
 
 def case_off(a, tmp):
-    rc, out, err = run([a.prog, "named"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.prog, "named"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                    LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     s = report_of(tmp)["sites"]
@@ -217,7 +202,7 @@ def case_nolib(a, tmp):
     an empty file): one warning, sites off, the program runs normally."""
     real = os.path.realpath("/usr/lib/x86_64-linux-gnu/libunwind.so.8")
     rep = os.path.join(tmp, "r.json")
-    env = env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="5", LOWTIDE_STATS_FILE=rep)
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="5", LOWTIDE_STATS_FILE=rep)
     script = 'mount --bind /dev/null "$1" && exec "$2" named'
     rc, out, err = run(["unshare", "-m", "sh", "-c", script, "sh", real, a.prog], env)
     check(rc == 0, f"exit status {rc}")

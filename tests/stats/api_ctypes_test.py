@@ -10,13 +10,8 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from lttest import check, failures  # noqa: E402
 
 
 FIELDS = ["malloc_calls", "calloc_calls", "realloc_calls", "aligned_calls", "free_calls",

@@ -11,36 +11,21 @@ import json
 import os
 import re
 import stat
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import lttest  # noqa: E402
+from lttest import check, clean_env, failures  # noqa: E402
+
 
 TIMEOUT = 150
 MiB = 1 << 20
 DEFAULT_CUTOFF = 128 << 10
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def env_with(lib, **kv):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
-    env["LD_PRELOAD"] = lib
-    env.update(kv)
-    return env
 
 
 def run(argv, env, cwd=None):
-    p = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
-    out, err = p.stdout.decode(), p.stderr.decode()
-    if p.returncode != 0:
-        print("stdout:", out, "\nstderr:", err[-4000:], sep="\n")
-    return p.returncode, out, err
+    return lttest.run(argv, env, TIMEOUT, show_failure=True, cwd=cwd)
 
 
 def load(path):
@@ -118,7 +103,7 @@ def only_file(tmp):
 def case_counts(a, tmp):
     # Strict return-at-free (no reuse cache, so no decay thread whose creation
     # would allocate on a counted thread): every count is exact.
-    rc, out, err = run([a.counts, "counts"], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_CACHE="0",
+    rc, out, err = run([a.counts, "counts"], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_CACHE="0",
                                                        LOWTIDE_STATS_FILE=os.path.join(tmp, "r.%p.json")))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
@@ -165,7 +150,7 @@ def case_counts(a, tmp):
 
 
 def case_live5(a, tmp):
-    rc, out, err = run([a.counts, "live5"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.counts, "live5"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                       LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
@@ -181,7 +166,7 @@ def case_live5(a, tmp):
 
 
 def case_names(a, tmp):
-    rc, out, err = run([a.counts, "names"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.counts, "names"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                       LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
@@ -200,7 +185,7 @@ def case_names(a, tmp):
 
 
 def case_many(a, tmp):
-    rc, out, err = run([a.counts, "many"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.counts, "many"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                      LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     r = load(only_file(tmp))
@@ -220,7 +205,7 @@ def case_many(a, tmp):
 
 
 def case_recycle(a, tmp):
-    rc, out, err = run([a.counts, "recycle"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.counts, "recycle"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                         LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     r = load(only_file(tmp))
@@ -236,7 +221,7 @@ def case_recycle(a, tmp):
 def family(a, tmp, pattern):
     target = os.path.join(tmp, pattern)
     no_file = "-" if "%p" in pattern else target
-    rc, out, err = run([a.procs, "family", no_file], env_with(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target))
+    rc, out, err = run([a.procs, "family", no_file], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target))
     check(rc == 0, f"exit status {rc}")
     return json.loads(out)
 
@@ -270,7 +255,7 @@ def case_family_nopid(a, tmp):
 
 
 def hello(a, tmp, **kv):
-    return run([a.procs, "hello"], env_with(a.lib, **kv))
+    return run([a.procs, "hello"], clean_env(a.lib, **kv))
 
 
 OWN_OUT = "hello from report_procs\n"
@@ -385,7 +370,7 @@ def case_special_targets(a, tmp):
 
 
 def case_thread_exit(a, tmp):
-    rc, out, err = run([a.procs, "thread-exit"], env_with(a.lib, LOWTIDE_STATS="json",
+    rc, out, err = run([a.procs, "thread-exit"], clean_env(a.lib, LOWTIDE_STATS="json",
                                                            LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
@@ -427,7 +412,7 @@ def parse_text(text):
 
 
 def case_python_text(a, tmp):
-    rc, out, err = run([sys.executable, a.workload], env_with(a.lib, LOWTIDE_STATS="text"))
+    rc, out, err = run([sys.executable, a.workload], clean_env(a.lib, LOWTIDE_STATS="text"))
     check(rc == 0, f"exit status {rc}")
     did = json.loads(out)
     check(err.startswith("==== lowtide ") and err.endswith("#\n"), f"stderr is the text report: {err[:200]!r}")
@@ -438,7 +423,7 @@ def case_python_text(a, tmp):
 
 def case_python_both(a, tmp):
     path = os.path.join(tmp, "r.%p.txt")
-    rc, out, err = run([sys.executable, a.workload], env_with(a.lib, LOWTIDE_STATS="both", LOWTIDE_STATS_FILE=path))
+    rc, out, err = run([sys.executable, a.workload], clean_env(a.lib, LOWTIDE_STATS="both", LOWTIDE_STATS_FILE=path))
     check(rc == 0, f"exit status {rc}")
     check(err == "", f"nothing on stderr: {err[:200]!r}")
     did = json.loads(out)
