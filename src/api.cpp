@@ -54,6 +54,26 @@ bool may_fall_back(std::size_t n) {
   return true;
 }
 
+// realloc of large block p to n bytes on the small path: one copy of what
+// the user asked for, then p goes. `why` counts it (a crossing below the
+// cutoff, or a fallback from a full range).
+void* move_to_small(void* p, std::size_t n, stats::Slot* st, stats::Counter why) {
+  std::size_t old = large::usable(p, "realloc()");
+  std::size_t req = large::requested(p);
+  if (req < old) old = req;
+  void* q = small::allocate(n);
+  if (q == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::memcpy(q, p, old < n ? old : n);
+  large::release(p, "realloc()");
+  stats::add(st, why, 1);
+  stats::add(st, stats::kSmallRequested, n);
+  stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
+  return q;
+}
+
 __attribute__((noinline)) void* small_fallback(std::size_t n, std::size_t align, bool zero) {
   void* p;
   if (zero) p = align <= kMinAlign ? small::allocate_zeroed(n) : mi_zalloc_aligned_at(small_request(n), align, 0);
@@ -189,36 +209,10 @@ void* realloc(void* p, std::size_t n) {
       // No room left in the reserved range: move the block to mimalloc
       // rather than fail (the same fallback new large blocks get).
       if (!may_fall_back(n)) return nullptr;
-      std::size_t old = large::usable(p, "realloc()");
-      std::size_t req = large::requested(p);
-      if (req < old) old = req;
-      q = small::allocate(n);
-      if (q == nullptr) {
-        errno = ENOMEM;
-        return nullptr;
-      }
-      std::memcpy(q, p, old < n ? old : n);
-      large::release(p, "realloc()");
-      stats::add(st, stats::kLargeFallback, 1);
-      stats::add(st, stats::kSmallRequested, n);
-      stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
-      return q;
+      return move_to_small(p, n, st, stats::kLargeFallback);
     }
     // Well below the cutoff: back to the small path, one copy.
-    std::size_t old = large::usable(p, "realloc()");
-    std::size_t req = large::requested(p);
-    if (req < old) old = req;
-    void* q = small::allocate(n);
-    if (q == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
-    }
-    std::memcpy(q, p, old < n ? old : n);
-    large::release(p, "realloc()");
-    stats::add(st, stats::kCrossDown, 1);
-    stats::add(st, stats::kSmallRequested, n);
-    stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(q); });
-    return q;
+    return move_to_small(p, n, st, stats::kCrossDown);
   }
 
   std::size_t old = small::usable(p);

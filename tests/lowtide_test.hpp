@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 
+#include <dlfcn.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,6 +139,14 @@ inline std::size_t find_prefix_mismatch(const void* p, std::size_t old_n, std::s
   for (std::size_t i = old_n - 4096; i < n && i < old_n; ++i)
     if (written(i) && b[i] != pattern_byte(i, seed)) return i;
   return SIZE_MAX;
+}
+
+// A symbol of a dlopen'ed library, as a function pointer of type F.
+template <class F>
+F dl_sym(void* handle, const char* name) {
+  void* s = dlsym(handle, name);
+  CHECK(s != nullptr, "dlsym(%s): %s", name, dlerror());
+  return reinterpret_cast<F>(s);
 }
 
 inline double now_seconds() {

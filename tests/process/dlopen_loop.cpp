@@ -37,13 +37,6 @@ void allocator_thread() {
   }
 }
 
-template <class F>
-F sym(void* h, const char* name) {
-  void* s = dlsym(h, name);
-  CHECK(s != nullptr, "dlsym(%s): %s", name, dlerror());
-  return reinterpret_cast<F>(s);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,12 +53,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kLoops; ++i) {
     void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CHECK(h != nullptr, "dlopen #%d: %s", i, dlerror());
-    auto check = sym<int (*)()>(h, "dltarget_check");
-    auto work = sym<unsigned long long (*)(int)>(h, "dltarget_work");
-    auto dup = sym<char* (*)(const char*)>(h, "dltarget_strdup");
-    auto lib_free = sym<void (*)(void*)>(h, "dltarget_free");
-    auto new_large = sym<unsigned char* (*)(std::size_t)>(h, "dltarget_new_large");
-    auto delete_vector = sym<void (*)(std::vector<int>*)>(h, "dltarget_delete_vector");
+    auto check = lt::dl_sym<int (*)()>(h, "dltarget_check");
+    auto work = lt::dl_sym<unsigned long long (*)(int)>(h, "dltarget_work");
+    auto dup = lt::dl_sym<char* (*)(const char*)>(h, "dltarget_strdup");
+    auto lib_free = lt::dl_sym<void (*)(void*)>(h, "dltarget_free");
+    auto new_large = lt::dl_sym<unsigned char* (*)(std::size_t)>(h, "dltarget_new_large");
+    auto delete_vector = lt::dl_sym<void (*)(std::vector<int>*)>(h, "dltarget_delete_vector");
 
     const int st = check();
     CHECK(st == 0, "dlopen #%d: library global state check failed with code %d", i, st);

@@ -8,11 +8,9 @@ objects' list must be identical between the two runs.
 Usage: git_test.py <liblowtide.so>"""
 import os
 import random
-import shutil
 import sys
-import tempfile
 
-from real_common import Runner, check, check_lowtide_was_there, finish
+from real_common import check, check_same_steps, finish, with_and_without
 
 
 def content(seed, i, n):
@@ -75,19 +73,8 @@ def session(runner, work):
 
 def main():
     lib = sys.argv[1]
-    runs = {}
-    for under in (False, True):
-        work = tempfile.mkdtemp(prefix="lowtide-git-")
-        runner = Runner(lib, under)
-        runs[under] = session(runner, work)
-        shutil.rmtree(work)
-        if under:
-            check_lowtide_was_there(runner, "git")
-    plain, lt = runs[False], runs[True]
-    check(len(plain) == len(lt), f"different number of git commands: {len(plain)} vs {len(lt)}")
-    for (a, rc1, o1), (_, rc2, o2) in zip(plain, lt):
-        check(rc1 == rc2 and o1 == o2, f"git {' '.join(a)}: output differs under lowtide "
-                                       f"(exit {rc1} vs {rc2}, {len(o1)} vs {len(o2)} bytes)")
+    plain, lt = with_and_without(lib, "git", session)
+    check_same_steps("git", [(" ".join(c), rc, o) for c, rc, o in plain], [(" ".join(c), rc, o) for c, rc, o in lt])
     print(f"git: {len(lt)} commands, identical output with and without lowtide; HEAD "
           f"{lt[-1][2].decode().split()[0] if lt[-1][2] else '?'}")
     finish("git")

@@ -7,11 +7,9 @@ and to assembly. The objects and the assembly must be byte for byte the same.
 Usage: gxx_test.py <liblowtide.so> <source root>"""
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 
-from real_common import Runner, check, check_lowtide_was_there, finish
+from real_common import check, finish, with_and_without
 
 
 def main():
@@ -20,10 +18,8 @@ def main():
         ("src/report.cpp", ["-I", os.path.join(root, "src"), "-DFMT_HEADER_ONLY=1", '-DLOWTIDE_VERSION="real"']),
         ("tests/stress/cross_threads.cpp", []),
     ]
-    results = {}
-    for under in (False, True):
-        work = tempfile.mkdtemp(prefix="lowtide-gxx-")
-        runner = Runner(lib, under)
+
+    def session(runner, work):
         out = []
         for src, extra in units:
             base = ["g++", "-std=c++20", "-O2", "-Wall", "-I", os.path.join(root, "include"), *extra,
@@ -34,10 +30,9 @@ def main():
                 check(rc == 0, f"g++ {flag} {src}: exit {rc}: {se.decode(errors='replace')[-800:]}")
                 data = open(target, "rb").read() if rc == 0 else b""
                 out.append((f"{src} {kind}", rc, hashlib.sha256(data).hexdigest(), len(data), se))
-        results[under] = out
-        shutil.rmtree(work)
-        if under:
-            check_lowtide_was_there(runner, "g++", want_large=True)
+        return out
+
+    results = dict(zip((False, True), with_and_without(lib, "g++", session)))
     for a, b in zip(results[False], results[True]):
         check(a == b, f"{a[0]}: differs under lowtide (sha256 {a[2][:12]} vs {b[2][:12]}, {a[3]} vs {b[3]} bytes)")
         print(f"  {a[0]}: {b[3]} bytes, sha256 {b[2][:16]} with and without lowtide")

@@ -7,12 +7,10 @@ skipped, failed, per test case) must be the same.
 
 Usage: python_test.py <liblowtide.so>"""
 import os
-import shutil
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 
-from real_common import Runner, check, check_lowtide_was_there, finish
+from real_common import check, finish, with_and_without
 
 # About 1.5 minutes per run here. Not test_multiprocessing_forkserver or
 # test_concurrent_futures: 4-5 minutes per run between them, and
@@ -34,22 +32,18 @@ def outcomes(xml_path):
 def main():
     lib = sys.argv[1]
     modules = os.environ.get("LOWTIDE_REAL_PYTHON_MODULES", " ".join(MODULES)).split()
-    results = {}
-    for under in (False, True):
-        work = tempfile.mkdtemp(prefix="lowtide-pytest-")
-        runner = Runner(lib, under)
+
+    def session(runner, work):
         xml = os.path.join(work, "junit.xml")
         # -j2: two worker processes (under lowtide too); --timeout bounds a hung test
         rc, so, se = runner.run(["/usr/bin/python3", "-m", "test", "-j2", "--timeout=240", "--junit-xml", xml,
                                  *modules], timeout=900, cwd=work, TMPDIR=work)
         tail = so.decode(errors="replace")[-1500:]
-        label = "under lowtide" if under else "without lowtide"
+        label = "under lowtide" if runner.under else "without lowtide"
         check(rc == 0 and "Tests result: SUCCESS" in tail, f"python3 -m test {label}: exit {rc}\n{tail}")
-        results[under] = outcomes(xml) if os.path.exists(xml) else {}
-        shutil.rmtree(work)
-        if under:
-            check_lowtide_was_there(runner, "python3 -m test")
-    plain, lt = results[False], results[True]
+        return outcomes(xml) if os.path.exists(xml) else {}
+
+    plain, lt = with_and_without(lib, "python3 -m test", session)
     counts = {k: sum(1 for v in lt.values() if v == k) for k in ("ok", "skipped", "failure", "error")}
     print(f"python3 -m test: {len(modules)} modules, {len(lt)} test cases under lowtide: {counts}")
     check(len(lt) > 1000, f"only {len(lt)} test cases ran")

@@ -5,6 +5,7 @@ report of its own), and failed checks collected rather than fatal."""
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,3 +59,27 @@ def check_lowtide_was_there(runner, what, want_large=True):
     check(procs > 0 and calls > 0, f"{what}: no lowtide report from any process (was the shim loaded?)")
     if want_large:
         check(large > 0, f"{what}: no large block went through lowtide's large path")
+
+
+def with_and_without(lib, what, session):
+    """Runs session(runner, workdir) plainly, then under lowtide, each in a
+    fresh temporary directory, and checks that lowtide really was in the
+    second run. Returns (plain result, result under lowtide)."""
+    results = {}
+    for under in (False, True):
+        work = tempfile.mkdtemp(prefix="lowtide-real-")
+        runner = Runner(lib, under)
+        results[under] = session(runner, work)
+        shutil.rmtree(work)
+        if under:
+            check_lowtide_was_there(runner, what)
+    return results[False], results[True]
+
+
+def check_same_steps(what, plain, lt):
+    """plain and lt are lists of (step, exit status, output): each step must
+    give the same status and output under lowtide."""
+    check(len(plain) == len(lt), f"{what}: different number of steps: {len(plain)} vs {len(lt)}")
+    for (step, rc1, o1), (_, rc2, o2) in zip(plain, lt):
+        check(rc1 == rc2 and o1 == o2, f"{what} {step}: output differs under lowtide "
+                                       f"(exit {rc1} vs {rc2}, {len(o1)} vs {len(o2)} bytes)")

@@ -7,11 +7,9 @@ and the dump must be identical between the two runs.
 
 Usage: sqlite_test.py <liblowtide.so>"""
 import os
-import shutil
 import sys
-import tempfile
 
-from real_common import Runner, check, check_lowtide_was_there, finish
+from real_common import check, check_same_steps, finish, with_and_without
 
 SCRIPT = """
 PRAGMA cache_size = -65536;
@@ -54,16 +52,8 @@ def session(runner, work):
 
 def main():
     lib = sys.argv[1]
-    runs = {}
-    for under in (False, True):
-        work = tempfile.mkdtemp(prefix="lowtide-sqlite-")
-        runner = Runner(lib, under)
-        runs[under] = session(runner, work)
-        shutil.rmtree(work)
-        if under:
-            check_lowtide_was_there(runner, "sqlite3")
-    for (what, rc1, o1), (_, rc2, o2) in zip(runs[False], runs[True]):
-        check(rc1 == rc2 and o1 == o2, f"sqlite3 {what}: output differs under lowtide ({len(o1)} vs {len(o2)} bytes)")
+    runs = dict(zip((False, True), with_and_without(lib, "sqlite3", session)))
+    check_same_steps("sqlite3", runs[False], runs[True])
     script_out = runs[True][0][2].decode()
     check("ok" in script_out.split("\n"), "PRAGMA integrity_check did not say ok")
     print(f"sqlite3: script output {len(script_out)} bytes, dump {len(runs[True][1][2])} bytes, identical with and "

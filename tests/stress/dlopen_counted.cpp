@@ -46,13 +46,6 @@ void allocator_thread(unsigned id) {
   }
 }
 
-template <class F>
-F sym(void* h, const char* name) {
-  void* s = dlsym(h, name);
-  CHECK(s != nullptr, "dlsym(%s): %s", name, dlerror());
-  return reinterpret_cast<F>(s);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,7 +58,7 @@ int main(int argc, char** argv) {
   void* h0 = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   CHECK(h0 != nullptr, "dlopen: %s", dlerror());
   Dl_info info{};
-  void* anew = sym<void* (*)()>(h0, "dlc_aligned_new_address")();
+  void* anew = lt::dl_sym<void* (*)()>(h0, "dlc_aligned_new_address")();
   CHECK(anew != nullptr && dladdr(anew, &info) != 0 && info.dli_fname != nullptr &&
             std::strstr(info.dli_fname, "liblowtide") != nullptr,
         "the library's operator new(size_t, align_val_t) resolves to %s, not lowtide",
@@ -91,8 +84,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kLoops; ++i) {
     void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CHECK(h != nullptr, "dlopen #%d: %s", i, dlerror());
-    auto ctor_allocs = sym<int (*)()>(h, "dlc_ctor_allocations");
-    auto work = sym<std::uint64_t (*)(int)>(h, "dlc_work");
+    auto ctor_allocs = lt::dl_sym<int (*)()>(h, "dlc_ctor_allocations");
+    auto work = lt::dl_sym<std::uint64_t (*)(int)>(h, "dlc_work");
     std::uint64_t want = static_cast<std::uint64_t>(kCells) * (kCells - 1) / 2;
     for (std::size_t k = 0; k < 3 * MiB + 4096; k += 4096) want += static_cast<unsigned char>(k >> 12);
     const std::uint64_t got = work(kCells);
