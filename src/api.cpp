@@ -29,24 +29,30 @@ inline bool is_large_request(std::size_t n, std::size_t align) {
   return n >= g.cutoff || align > Arena::kGranule;
 }
 
-// The large path had no room for n bytes: may mimalloc take them? mimalloc
-// maps with MAP_NORESERVE, which skips the kernel's overcommit check, so the
-// check is made here: what glibc's malloc would be refused (a block larger
-// than RAM + swap, in the default heuristic mode) is refused, ENOMEM.
-// Otherwise warns once, naming the cause: a range full of live blocks, or a
-// request larger than the whole range.
-bool may_fall_back(std::size_t n) {
+// The large path could not take n bytes (`why`: no_room or no_mapping):
+// may mimalloc take them? mimalloc maps with MAP_NORESERVE, which skips the
+// kernel's overcommit check, so the check is made here: what glibc's malloc
+// would be refused (a block larger than RAM + swap, in the default heuristic
+// mode) is refused, ENOMEM. Otherwise warns once per cause: a range full of
+// live blocks, a request larger than the whole range, or the kernel refusing
+// mappings (mimalloc may still serve from memory it has mapped).
+bool may_fall_back(std::size_t n, large::Result why) {
   if (pal::overcommit_refuses(n)) {
     errno = ENOMEM;
     return false;
   }
   if (g.large_disabled || g.mode.load(std::memory_order_relaxed) != kReady) return true;
-  const bool too_big = n >= g.arena.size();
-  std::atomic<bool>& warned = too_big ? g.warned_too_big : g.warned_full;
+  const bool too_big = why == large::Result::no_room && n + Arena::kGranule > g.arena.size();
+  std::atomic<bool>& warned = why == large::Result::no_mapping ? g.warned_no_mapping
+                              : too_big                        ? g.warned_too_big
+                                                               : g.warned_full;
   if (warned.exchange(true, std::memory_order_relaxed)) return true;
   char range[32], req[32];
   format_size(g.arena.size(), range, sizeof range);
-  if (too_big)
+  if (why == large::Result::no_mapping)
+    log::warn("the kernel refused to map a large block (vm.max_map_count, RLIMIT_DATA or an mlock limit); "
+              "while it refuses, large blocks go to mimalloc");
+  else if (too_big)
     log::warn("a block of {} is larger than the large-block range ({}); such blocks go to mimalloc",
               format_size(n, req, sizeof req), range);
   else
@@ -102,12 +108,15 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
     return p;
   }
   void* p = nullptr;
-  switch (large::allocate(n, align, origin, 0, &p)) {
+  const large::Result r = large::allocate(n, align, origin, 0, &p);
+  switch (r) {
     case large::Result::ok: return p;
     case large::Result::no_memory: errno = ENOMEM; return nullptr;
-    case large::Result::no_room: break;
+    case large::Result::no_room:
+    case large::Result::no_mapping:
+      if (!may_fall_back(n, r)) return nullptr;
+      break;
   }
-  if (!may_fall_back(n)) return nullptr;
   p = small_fallback(n, align, zero);
   if (p != nullptr) {
     stats::add(st, stats::kLargeFallback, 1);
@@ -199,16 +208,16 @@ void* realloc(void* p, std::size_t n) {
   if (g.arena.contains(p)) {
     if (n >= g.shrink_below) {
       void* q = nullptr;
-      switch (large::resize(p, n, &q)) {
-        case large::Result::ok: return q;
-        // The kernel refused (out of memory, vm.max_map_count): as glibc,
-        // fail and keep the block; mimalloc would ask the same kernel.
-        case large::Result::no_memory: errno = ENOMEM; return nullptr;
-        case large::Result::no_room: break;
+      const large::Result r = large::resize(p, n, &q);
+      if (r == large::Result::ok) return q;
+      // Out of memory: as glibc, fail and keep the block.
+      if (r == large::Result::no_memory) {
+        errno = ENOMEM;
+        return nullptr;
       }
-      // No room left in the reserved range: move the block to mimalloc
-      // rather than fail (the same fallback new large blocks get).
-      if (!may_fall_back(n)) return nullptr;
+      // No room, or no mapping: move the block to mimalloc rather than fail
+      // (the same fallback new large blocks get).
+      if (!may_fall_back(n, r)) return nullptr;
       return move_to_small(p, n, st, stats::kLargeFallback);
     }
     // Well below the cutoff: back to the small path, one copy.
@@ -218,7 +227,8 @@ void* realloc(void* p, std::size_t n) {
   std::size_t old = small::usable(p);
   if (n >= g.cutoff) {
     void* q = nullptr;
-    switch (large::allocate(n, kMinAlign, Origin::realloc, kFromSmall, &q)) {
+    const large::Result r = large::allocate(n, kMinAlign, Origin::realloc, kFromSmall, &q);
+    switch (r) {
       case large::Result::ok:
         std::memcpy(q, p, old < n ? old : n);
         small::release(p);
@@ -227,7 +237,8 @@ void* realloc(void* p, std::size_t n) {
         return q;
       case large::Result::no_memory: errno = ENOMEM; return nullptr;
       case large::Result::no_room:
-        if (!may_fall_back(n)) return nullptr;
+      case large::Result::no_mapping:
+        if (!may_fall_back(n, r)) return nullptr;
         break;
     }
   }

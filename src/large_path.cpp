@@ -33,6 +33,10 @@ bool wants_huge(std::size_t bytes) { return g.hugepages && bytes >= kHuge; }
 
 [[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
 
+// What a refused commit means to the caller: out of memory, or a mapping
+// the kernel will not make now (the caller may fall back).
+Result refusal(pal::Commit c) { return c == pal::Commit::over_limit ? Result::no_memory : Result::no_mapping; }
+
 }  // namespace
 
 Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
@@ -43,6 +47,8 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   // At least one byte past the user pointer, so even a zero-size block's
   // pointer lies inside its own extent (its live-table slot is its own).
   std::size_t bytes = round_up(off + (size == 0 ? 1 : size), G);
+  // Refuse what the kernel would before the cache is emptied for it.
+  if (pal::overcommit_refuses(bytes)) return Result::no_memory;
   auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
   // Alignments above a granule: the user pointer sits one granule in, and
   // the extent starts one granule before an aligned address.
@@ -78,9 +84,9 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     if (s == Arena::kNone && cache::purge(true) != 0) s = a.alloc(need, align_g, skew);
     if (s == Arena::kNone) return Result::no_room;
     base = a.addr(s);
-    if (!pal::commit(base, bytes)) {
+    if (pal::Commit c = pal::commit(base, bytes); c != pal::Commit::ok) {
       a.release(s, need);
-      return Result::no_memory;
+      return refusal(c);
     }
     if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
     g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
@@ -181,6 +187,10 @@ Result resize(void* p, std::size_t size, void** out) {
     return Result::ok;
   }
 
+  // Growing by more than the kernel would grant: refused before the cache
+  // is emptied for it (mremap checks only the growth too).
+  if (pal::overcommit_refuses(std::size_t{need - n} << Arena::kGranuleShift)) return Result::no_memory;
+
   // Grow in place into the warm cached extent right behind the block (a
   // block cut from a cached one has its rest there): no syscall, no fault.
   if (cache::take_at(s + n, need - n)) {
@@ -194,7 +204,7 @@ Result resize(void* p, std::size_t size, void** out) {
   }
   // Grow in place by carving the adjacent free extent: no copy, no move.
   if (a.grow(s, n, need)) {
-    if (pal::commit(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift)) {
+    if (pal::commit(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift) == pal::Commit::ok) {
       if (wants_huge(bytes)) pal::advise_hugepage(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift);
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
@@ -231,9 +241,9 @@ Result resize(void* p, std::size_t size, void** out) {
   char* nbase = a.addr(ns);
   // Commit the tail first, so that once the pages have moved nothing can fail.
   if (!warm) {
-    if (!pal::commit(nbase + old_bytes, bytes - old_bytes)) {
+    if (pal::Commit c = pal::commit(nbase + old_bytes, bytes - old_bytes); c != pal::Commit::ok) {
       a.release(ns, need);
-      return Result::no_memory;
+      return refusal(c);
     }
     if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   }
@@ -241,10 +251,11 @@ Result resize(void* p, std::size_t size, void** out) {
   if (!moved) {
     // mremap refused (an old kernel, or the block spans several VMAs since
     // someone madvised part of it): copy what the user asked for.
-    if (!warm && !pal::commit(nbase, old_bytes)) {
-      pal::decommit(nbase, bytes);
+    if (pal::Commit c = warm ? pal::Commit::ok : pal::commit(nbase, old_bytes); c != pal::Commit::ok) {
+      // Only the tail was committed; the head's pages are still dropped.
+      pal::decommit(nbase + old_bytes, bytes - old_bytes);
       a.release(ns, need);
-      return Result::no_memory;
+      return refusal(c);
     }
     std::size_t keep = h->requested < old_bytes - off ? h->requested : old_bytes - off;
     std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));

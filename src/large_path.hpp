@@ -7,11 +7,14 @@
 
 namespace lowtide::large {
 
-enum class Result { ok, no_memory, no_room };
+// no_memory: out of memory (ENOMEM), by the kernel's overcommit check.
+// no_room: the reserved range cannot take the block; no_mapping: the kernel
+// would not map it now (vm.max_map_count, RLIMIT_DATA, an mlock limit). On
+// both the caller may fall back to mimalloc.
+enum class Result { ok, no_memory, no_room, no_mapping };
 
 // A fresh zeroed block of `size` bytes whose user pointer is aligned to
-// `align` (a power of two >= 16). no_room: the reserved range cannot take it
-// (the caller falls back); no_memory: the kernel refused (ENOMEM).
+// `align` (a power of two >= 16).
 Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out);
 
 // Give the block's pages back to the OS. Aborts with glibc's kind of message
@@ -19,7 +22,7 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
 void release(void* p, const char* what);
 
 // Resize keeping the block on the large path; *out is the (possibly moved)
-// pointer. On no_room or no_memory p is left intact. Grows in place when the
+// pointer. On any other result p is left intact. Grows in place when the
 // following extent is free, else moves the pages with mremap, else copies.
 Result resize(void* p, std::size_t size, void** out);
 

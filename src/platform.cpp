@@ -9,6 +9,9 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
 #endif
@@ -70,7 +73,7 @@ unsigned long long read_ram_swap_pages() {
 
 // Commits carry MAP_NORESERVE so that a committed block has exactly the
 // flags of the reserved space around it: after a free the kernel can merge
-// the two again, which at vm.max_map_count is the only way the count comes
+// the two again, which past vm.max_map_count is the only way the count comes
 // back down (an accounted mapping made PROT_NONE keeps VM_ACCOUNT and never
 // merges). MAP_NORESERVE also skips the kernel's overcommit check, so the
 // check it would have made is made here. In the heuristic mode (0) the kernel
@@ -88,34 +91,42 @@ bool overcommit_refuses(std::size_t len) {
   return pages > known;
 }
 
-bool commit(void* p, std::size_t len) {
-  if (overcommit_refuses(len)) {
-    errno = ENOMEM;
-    return false;
-  }
+Commit commit(void* p, std::size_t len) {
+  if (overcommit_refuses(len)) return Commit::over_limit;
+  const int saved = errno;
   void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  if (r == p) return true;
-  // At vm.max_map_count the kernel refuses every mmap, even one that would
-  // add no mapping; mprotect it refuses only when a mapping must be split.
-  // The pages of a free extent are already dropped, so no fresh zero pages
-  // are needed. (A partial success leaves part of the range read-write and
-  // zero, which is a valid state for a free extent.)
-  return ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
+  if (r == p) return Commit::ok;
+  // Past vm.max_map_count the kernel refuses every mmap (ENOMEM), even one
+  // that would add no mapping; mprotect it refuses only where a mapping must
+  // be split. Any other refusal stands: EAGAIN is an mlock limit, which
+  // mprotect would get around. (A partial success leaves part of the range
+  // read-write with its pages dropped, a valid state for a free extent.)
+  if (errno == ENOMEM && ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
+    // The pages were dropped when the extent was freed. Drop them again
+    // (this changes no mapping, so it works at the limit) so that a write
+    // after free cannot show through a calloc.
+    ::madvise(p, len, MADV_DONTNEED);
+    errno = saved;
+    return Commit::ok;
+  }
+  return Commit::refused;
 }
 
 void decommit(void* p, std::size_t len) {
   void* r = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0);
   if (r == p) return;
-  // At vm.max_map_count: drop the pages in place, then make the range
-  // PROT_NONE. When it is a whole mapping between reserved ones that merges
-  // the three, lowering the count; when it would split a mapping the kernel
-  // refuses, and the range stays read-write with its pages gone.
-  if (::madvise(p, len, MADV_DONTNEED) == 0) {
+  // Past vm.max_map_count: drop the pages in place, then make the range
+  // PROT_NONE. When it is a whole mapping between reserved ones with the
+  // same flags, that merges the three and lowers the count; when it would
+  // split a mapping the kernel refuses, and the range stays read-write with
+  // its pages gone. MADV_DONTNEED refuses locked pages (mlockall);
+  // MADV_DONTNEED_LOCKED (Linux 5.18) takes them.
+  if (::madvise(p, len, MADV_DONTNEED) == 0 || ::madvise(p, len, MADV_DONTNEED_LOCKED) == 0) {
     ::mprotect(p, len, PROT_NONE);
     return;
   }
-  // madvise refuses locked pages (mlockall): then the range must at least
-  // read as zeros when it is handed out again.
+  // An older kernel and locked pages: the range must at least read as zeros
+  // when it is handed out again. (Callers pass only read-write ranges.)
   std::memset(p, 0, len);
 }
 

@@ -14,20 +14,23 @@ void* reserve(std::size_t len);
 void* reserve_aligned(std::size_t len, std::size_t align);
 // Make [p, p+len) read-write. Its pages must already have been dropped (a
 // free extent of the range is), so it reads as zeros. Usually one mmap over
-// it; at vm.max_map_count, where the kernel refuses every mmap, mprotect.
-// Refused (ENOMEM) where the kernel would refuse an accounted mapping: see
-// platform.cpp. Returns false with the range still reserved, or read-write
-// in part, and its pages still dropped.
-bool commit(void* p, std::size_t len);
+// it; past vm.max_map_count, where the kernel refuses every mmap, mprotect.
+// over_limit: refused up front, where the kernel's overcommit check would
+// refuse an accounted mapping (see platform.cpp). refused: the kernel said
+// no (the map count, RLIMIT_DATA, an mlock limit). Either way the range is
+// left reserved, or read-write in part, its pages still dropped.
+enum class Commit { ok, over_limit, refused };
+Commit commit(void* p, std::size_t len);
 // Would the kernel refuse an accounted private mapping of len bytes (the
 // heuristic overcommit check)? commit() asks this first, since it maps with
 // MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
 // does too.
 bool overcommit_refuses(std::size_t len);
-// Drop the pages of [p, p+len) and make it reserved PROT_NONE space again.
-// Never leaves a hole another thread's mmap could land in. At
-// vm.max_map_count the range may stay read-write (its pages dropped all the
-// same); either way it reads as zeros once committed again.
+// Drop the pages of [p, p+len), which must be read-write, and make it
+// reserved PROT_NONE space again. Never leaves a hole another thread's mmap
+// could land in. Past vm.max_map_count the range may stay read-write (its
+// pages dropped all the same); either way it reads as zeros once committed
+// again.
 void decommit(void* p, std::size_t len);
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole

@@ -28,6 +28,7 @@ struct Globals {
   bool hugepages = true;
   std::atomic<bool> warned_full{false};
   std::atomic<bool> warned_too_big{false};
+  std::atomic<bool> warned_no_mapping{false};
   std::atomic<bool> probe_hit{false};  // see forward::detect()
   Config config{};
   // Process-wide large-path totals (large calls make a syscall anyway, so a

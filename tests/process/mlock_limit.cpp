@@ -1,0 +1,77 @@
+// mlockall(MCL_FUTURE) under an RLIMIT_MEMLOCK that a large block exceeds:
+// the kernel refuses to map the block (EAGAIN), and malloc must then return
+// NULL + ENOMEM, as glibc's does, or a block that really is locked. It must
+// not get around the limit (a fallback that made reserved pages read-write
+// with mprotect once handed out a 64 MiB block with 68 KiB locked).
+// The check runs in a child without CAP_IPC_LOCK (as root, the child drops
+// to nobody), since the capability lifts the limit.
+
+#include "lowtide_test.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <initializer_list>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+using lt::MiB;
+using lt::opaque;
+
+namespace {
+
+std::size_t locked_bytes() {
+  char buf[8192] = "";
+  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  CHECK(fd >= 0);
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  CHECK(n > 0);
+  const char* at = std::strstr(buf, "VmLck:");
+  CHECK(at != nullptr, "no VmLck in /proc/self/status");
+  return std::strtoull(at + 6, nullptr, 10) * 1024;
+}
+
+int child() {
+  constexpr rlim_t kLimit = 8 * MiB;
+  rlimit rl{kLimit, kLimit};
+  CHECK(setrlimit(RLIMIT_MEMLOCK, &rl) == 0, "setrlimit: %s", std::strerror(errno));
+  if (geteuid() == 0) {
+    CHECK(setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0, "dropping root: %s",
+          std::strerror(errno));
+  }
+  CHECK(mlockall(MCL_FUTURE) == 0, "mlockall(MCL_FUTURE): %s", std::strerror(errno));
+  for (std::size_t n : {64 * MiB, 20 * MiB}) {
+    errno = 0;
+    void* p = malloc(opaque(n));
+    const int err = errno;
+    const std::size_t locked = locked_bytes();
+    std::printf("  malloc(%zu MiB) under an 8 MiB lock limit: %s (errno %d), %zu KiB locked\n", n / MiB,
+                p ? "a block" : "NULL", err, locked / 1024);
+    if (p == nullptr) {
+      CHECK(err == ENOMEM, "malloc failed with errno %d, not ENOMEM", err);
+    } else {
+      CHECK(locked >= n, "malloc(%zu) gave a block that is not locked (%zu bytes locked)", n, locked);
+      free(p);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  lt::arm_watchdog(60, "mlock_limit");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", std::strerror(errno));
+  if (pid == 0) {
+    const int rc = child();
+    std::fflush(stdout);
+    _exit(rc);
+  }
+  int status = 0;
+  CHECK(lt::wait_bounded(pid, 30, &status), "the child hung");
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %#x)", status);
+  std::printf("PASS mlock_limit\n");
+  return 0;
+}
