@@ -1,5 +1,6 @@
 """`lowtide report`: several JSON reports, one summary."""
 import json
+import os
 import sys
 
 from . import reports
@@ -45,6 +46,31 @@ def summary_lines(rows, total):
     out.append("  RSS at report   sum %s (each process's RSS when it wrote its report)" % human(t["rss"]))
     if t["partial"]:
         out.append("  PARTIAL         at least one report was read without the registry lock")
+    out += site_lines(t.get("sites", []))
+    return out
+
+
+def frame_text(f):
+    where = os.path.basename(f["module"]) + "+" + hex(f["offset"])
+    return "%s (%s)" % (f["function"], where) if f.get("function") else where
+
+
+def site_lines(sites, shown=10, frames=4):
+    """The merged call sites (reports written with LOWTIDE_SITES), if any."""
+    if not sites:
+        return []
+    out = ["", "top %d large-allocation sites over all processes (merged by stack; each process lists only its "
+           "top LOWTIDE_SITES):" % min(shown, len(sites))]
+    for i, m in enumerate(sites[:shown], 1):
+        out.append("  #%d  peak live %s summed (max %s in one process), %d blocks / %s allocated, %s live at "
+                   "report, in %d process%s"
+                   % (i, human(m["peak_live_bytes_sum"]), human(m["peak_live_bytes_max"]), m["blocks"],
+                      human(m["bytes"]), human(m["live_bytes"]), m["processes"],
+                      "" if m["processes"] == 1 else "es"))
+        for f in m["frames"][:frames]:
+            out.append("        " + frame_text(f))
+        if len(m["frames"]) > frames:
+            out.append("        ... %d more frames" % (len(m["frames"]) - frames))
     return out
 
 

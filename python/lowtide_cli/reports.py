@@ -74,14 +74,56 @@ def merge(rows):
     return total
 
 
+# A site's counters that add up across processes (docs/report.md, sites.top).
+SITE_SUMS = ("captured", "blocks", "bytes", "live_blocks", "live_bytes", "remaps")
+
+
+def site_key(site):
+    """A stack as the same code in another process of the same program has
+    it: module and module-relative offset of each frame."""
+    return tuple((f["module"], f["offset"]) for f in site["frames"])
+
+
+def merge_sites(reports):
+    """The top sites of every report made with call sites on, merged by
+    stack, sorted by the sum of their peaks. Each process lists only its top
+    LOWTIDE_SITES sites, so a merged site covers the processes that listed
+    it (`processes`). Peaks: max and sum, as for the processes' peaks."""
+    merged = {}
+    for r in reports:
+        sites = r.get("sites") or {}
+        if not sites.get("enabled"):
+            continue
+        for site in sites["top"]:
+            m = merged.get(site_key(site))
+            if m is None:
+                m = merged[site_key(site)] = dict({k: 0 for k in SITE_SUMS}, frames=site["frames"], processes=0,
+                                                  peak_live_bytes_max=0, peak_live_bytes_sum=0)
+            m["processes"] += 1
+            for k in SITE_SUMS:
+                m[k] += site[k]
+            m["peak_live_bytes_max"] = max(m["peak_live_bytes_max"], site["peak_live_bytes"])
+            m["peak_live_bytes_sum"] += site["peak_live_bytes"]
+    return sorted(merged.values(), key=lambda m: (-m["peak_live_bytes_sum"], -m["bytes"]))
+
+
 def load_and_merge(paths):
-    """(rows, total, problems): problems lists files that could not be used."""
-    rows, problems = [], []
+    """(rows, total, problems): problems lists files that could not be used.
+    total["sites"] is merge_sites() of the usable reports."""
+    rows, loaded, problems = [], [], []
     for path in paths:
         try:
-            rows.append(process_row(load(path), path))
+            r = load(path)
+            rows.append(process_row(r, path))
+            loaded.append(r)
         except (OSError, BadReport, KeyError, TypeError) as e:
             problems.append(str(e) if not isinstance(e, (KeyError, TypeError))
                             else "%s: missing or malformed field %s" % (path, e))
     rows.sort(key=lambda r: (r["pid"], r["file"]))
-    return rows, merge(rows), problems
+    total = merge(rows)
+    try:
+        total["sites"] = merge_sites(loaded)
+    except (KeyError, TypeError) as e:
+        problems.append("a sites object is malformed (field %s); sites not merged" % e)
+        total["sites"] = []
+    return rows, total, problems

@@ -4,8 +4,11 @@
 
 A Python parent under lowtide starts two children (one forked, one exec'd)
 that each allocate their own number of large blocks; every process writes
-its report through %p. The merged totals must equal the sums (and maxima)
-the test computes from the files itself."""
+its report through %p, with call sites on (every block captured). The
+merged totals must equal the sums (and maxima) the test computes from the
+files itself, and so must the call sites merged across processes: the
+parent and the forked child run the same code, so their sites share
+stacks."""
 import glob
 import json
 import os
@@ -32,7 +35,8 @@ subprocess.run([sys.executable, "-c", "bufs = [bytearray(4 << 20) for _ in range
 """
 
 with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
-    env = clean_env(LD_PRELOAD=lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, "r.%p.json"))
+    env = clean_env(LD_PRELOAD=lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, "r.%p.json"),
+                    LOWTIDE_SITES="8", LOWTIDE_SITE_SAMPLE="0")
     rc, out, err = run(["/usr/bin/python3", "-c", FAMILY], env)
     check(rc == 0, "family ran: rc %d %s" % (rc, err))
     files = sorted(glob.glob(os.path.join(tmp, "r.*.json")))
@@ -66,7 +70,29 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
     check(total["large_maps"] >= 18, "large blocks of all three processes: %d" % total["large_maps"])
     check(total["large_requested"] >= (3 * 2 + 8 * 2 + 7 * 4) * MiB, "large bytes of all three")
 
+
+    # Call sites, merged by stack (module and offset of every frame).
+    by_stack = {}
+    for r in reps:
+        check(r["sites"]["enabled"], "call sites on in pid %d" % r["pid"])
+        for site in r["sites"]["top"]:
+            key = tuple((f["module"], f["offset"]) for f in site["frames"])
+            by_stack.setdefault(key, []).append(site)
+    merged_sites = total["sites"]
+    check(len(merged_sites) == len(by_stack), "one merged site per distinct stack: %d vs %d"
+          % (len(merged_sites), len(by_stack)))
+    for m in merged_sites:
+        parts = by_stack.get(tuple((f["module"], f["offset"]) for f in m["frames"]), [])
+        check(m["processes"] == len(parts), "a merged site counts the processes that listed it")
+        for k in ("blocks", "bytes", "live_bytes", "remaps"):
+            check(m[k] == sum(p[k] for p in parts), "merged site %s is the sum over files" % k)
+        check(m["peak_live_bytes_max"] == max(p["peak_live_bytes"] for p in parts), "merged site peak max")
+    check(any(m["processes"] >= 2 for m in merged_sites), "the parent's and the forked child's sites merged")
+    check(sum(m["bytes"] for m in merged_sites) >= (3 * 2 + 8 * 2 + 7 * 4) * MiB,
+          "the merged sites hold every process's large bytes")
+
     rc, text, err = run([launcher, "report"] + files, clean_env())
+    check("large-allocation sites over all processes" in text and "#1 " in text, "the text lists merged sites")
     check(rc == 0 and "total over 3 processes" in text and all(str(r["pid"]) in text for r in reps),
           "text summary names every pid and the total")
     check("max " in text and "sum " in text, "text says which peaks are max and which are sums")
