@@ -8,6 +8,7 @@ so they also run by hand, outside meson."""
 import os
 import subprocess
 import sys
+import tempfile
 
 failures = []
 
@@ -50,3 +51,11 @@ def run(argv, env, timeout, show_failure=False, **kw):
     if show_failure and p.returncode != 0:
         print("stdout:", out, "\nstderr:", err[-4000:], sep="\n", flush=True)
     return p.returncode, out, err
+
+
+def run_case(case, args, prefix):
+    """Runs case(args, tmp) in a fresh temporary directory, then finish()es:
+    the one-case-per-meson-test scripts' main."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        case(args, tmp)
+    finish()

@@ -10,11 +10,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 import lttest  # noqa: E402
-from lttest import check, clean_env, failures  # noqa: E402
+from lttest import check, clean_env  # noqa: E402
 
 
 TIMEOUT = 150
@@ -231,12 +230,7 @@ def main():
     if a.case == "nolib" and (os.geteuid() != 0 or not os.path.exists("/usr/lib/x86_64-linux-gnu/libunwind.so.8")):
         print("SKIP: needs root (a private mount namespace) and Debian's libunwind.so.8")
         return 77
-    with tempfile.TemporaryDirectory(prefix="lowtide-sites-") as tmp:
-        CASES[a.case](a, tmp)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("ok")
+    lttest.run_case(CASES[a.case], a, "lowtide-sites-")
     return 0
 
 

@@ -12,11 +12,10 @@ import os
 import re
 import stat
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 import lttest  # noqa: E402
-from lttest import check, clean_env, failures  # noqa: E402
+from lttest import check, clean_env  # noqa: E402
 
 
 TIMEOUT = 150
@@ -461,12 +460,7 @@ def main():
     ap.add_argument("--procs")
     ap.add_argument("--workload")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lowtide-stats-") as tmp:
-        CASES[a.case](a, tmp)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("ok")
+    lttest.run_case(CASES[a.case], a, "lowtide-stats-")
     return 0
 
 
