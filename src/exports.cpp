@@ -117,11 +117,11 @@ LT_EXPORT size_t lowtide_release(void) { return lowtide::api::release_now(); }
 // A process that leaves through _exit (a forked multiprocessing worker's
 // os._exit) runs no destructors: report first, then leave.
 LT_EXPORT void _exit(int status) {
-  lowtide::report::at_exit();
+  lowtide::report::at_exit(true);
   for (;;) syscall(SYS_exit_group, status);
 }
 LT_EXPORT void _Exit(int status) {
-  lowtide::report::at_exit();
+  lowtide::report::at_exit(true);
   for (;;) syscall(SYS_exit_group, status);
 }
 

@@ -149,7 +149,7 @@ __attribute__((constructor)) void lowtide_constructor() {
 // Runs after the host's own exit work (Python's atexit handlers and
 // finalisation come first); destructors of libraries dlopen'ed later still
 // run after it and may allocate, which keeps working.
-__attribute__((destructor)) void lowtide_destructor() { report::at_exit(); }
+__attribute__((destructor)) void lowtide_destructor() { report::at_exit(false); }
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -9,13 +10,16 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <vector>
+#include <new>
+#include <sys/auxv.h>
 
 #include "large_cache.hpp"
 #include "log.hpp"
 #include "options.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
+#include "report_file.hpp"
+#include "report_out.hpp"
 #include "report_sites.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -33,41 +37,26 @@ std::atomic<bool> reported{false};
 
 constexpr const char* kOwnerVar = "LOWTIDE_OWNER_PID";
 constexpr std::size_t kMaxRows = 256;
+// Rows read from the registry at most; threads past it are folded into one
+// row by stats::snapshot, so totals never lose a count.
+constexpr std::size_t kMaxRead = 4096;
+// The report's region: lazily committed, so a small report touches a few
+// pages of it. Its largest users: 4096 thread rows (2.4 MiB), 2^18 live
+// blocks (4 MiB), the site tables and the output.
+constexpr std::size_t kScratch = std::size_t{64} << 20;
+// Where the report goes when that region cannot be mapped (RLIMIT_AS, out of
+// memory): one buffer for the exit-time report (written once) and one for
+// reports asked for by the program (one at a time; a second concurrent one
+// fails with ENOMEM). In .bss: they cost nothing until used.
+constexpr std::size_t kFallback = std::size_t{256} << 10;
+alignas(64) char exit_fallback[kFallback];
+alignas(64) char api_fallback[kFallback];
+std::atomic<bool> api_fallback_busy{false};
 
 std::uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Human size: "1.2 GiB", "512 B".
-std::string human(double v) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  bool neg = v < 0;
-  if (neg) v = -v;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  if (u == 0) return fmt::format("{}{:.0f} B", neg ? "-" : "", v);
-  return fmt::format("{}{:.1f} {}", neg ? "-" : "", v, units[u]);
-}
-
-std::string json_escape(const char* s) {
-  std::string out;
-  for (; *s; ++s) {
-    auto c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += fmt::format("\\u{:04x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
 }
 
 std::uint64_t status_kib(const char* buf, const char* key) {
@@ -78,14 +67,23 @@ std::uint64_t status_kib(const char* buf, const char* key) {
   return std::strtoull(at, nullptr, 10);
 }
 
+// How the report is being written.
+struct Context {
+  bool at_exit;     // from the exit path: take no lock that may be held
+  bool demangle;    // may call malloc (C++ names demangled); not from _exit
+};
+
 struct Data {
-  std::vector<ThreadRow> rows;
+  ThreadRow* rows = nullptr;
+  std::size_t nrows = 0;
   stats::Snapshot snap{};
-  std::string command;
+  char command[4096];
+  std::size_t command_len = 0;
+  char status[4096];
   std::uint64_t peak_rss = 0, rss = 0;
   double uptime_s = 0;
-  std::size_t folded_rows = 0;  // threads folded into "N other threads"
   bool at_exit = false;
+  bool short_of_memory = false;  // on the fallback buffer: fewer rows, maybe truncated
   report_sites::Data sites;
 };
 
@@ -93,285 +91,241 @@ std::int64_t live(const std::uint64_t* c, stats::Counter out, stats::Counter fre
   return static_cast<std::int64_t>(c[out]) - static_cast<std::int64_t>(c[freed]);
 }
 
-void gather(Data* d, bool at_exit) {
-  // Storage first (this may allocate through lowtide), then the snapshot,
-  // which takes the registry lock (only tries it at exit).
-  d->rows.resize(stats::registry_size() + 16);
-  d->snap.rows = d->rows.data();
-  d->snap.cap = d->rows.size();
-  stats::snapshot(&d->snap, at_exit);
-  d->rows.resize(d->snap.nrows);
-  // Sort by bytes handed out; fold everything past kMaxRows (and the
-  // registry's own folded row) into one "N other threads" row.
-  auto weight = [](const ThreadRow& r) { return r.c[stats::kSmallOut] + r.c[stats::kLargeOut]; };
-  std::vector<ThreadRow> rows;
-  ThreadRow other{};
-  std::uint32_t other_threads = 0;
-  for (ThreadRow& r : d->rows) {
-    if (r.folded != 0) {
-      other_threads += r.folded;
-      for (unsigned i = 0; i < stats::kCounters; ++i) other.c[i] += r.c[i];
-      for (unsigned i = 0; i < stats::kHistBuckets; ++i) other.hist[i] += r.hist[i];
-    } else {
-      rows.push_back(r);
-    }
-  }
-  std::sort(rows.begin(), rows.end(), [&](const ThreadRow& a, const ThreadRow& b) { return weight(a) > weight(b); });
-  while (rows.size() > kMaxRows) {
-    ThreadRow& r = rows.back();
-    other_threads += 1;
-    for (unsigned i = 0; i < stats::kCounters; ++i) other.c[i] += r.c[i];
-    for (unsigned i = 0; i < stats::kHistBuckets; ++i) other.hist[i] += r.hist[i];
-    rows.pop_back();
-  }
-  if (other_threads != 0) {
-    other.folded = other_threads;
-    rows.push_back(other);
-  }
-  d->rows.swap(rows);
+void fold_row(ThreadRow* into, const ThreadRow& r, std::uint32_t threads) {
+  into->folded += threads;
+  for (unsigned i = 0; i < stats::kCounters; ++i) into->c[i] += r.c[i];
+  for (unsigned i = 0; i < stats::kHistBuckets; ++i) into->hist[i] += r.hist[i];
+}
 
-  char buf[8192];
-  long n = pal::read_file("/proc/self/cmdline", buf, sizeof buf);
+// Sort by bytes handed out; fold everything past kMaxRows (and the
+// registry's own folded row) into one "N other threads" row at the end.
+// rows[] has room for one more than n.
+std::size_t order_rows(ThreadRow* rows, std::size_t n) {
+  auto weight = [](const ThreadRow& r) { return r.c[stats::kSmallOut] + r.c[stats::kLargeOut]; };
+  ThreadRow other;
+  std::memset(&other, 0, sizeof other);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rows[i].folded != 0) fold_row(&other, rows[i], rows[i].folded);
+    else rows[kept++] = rows[i];
+  }
+  std::sort(rows, rows + kept, [&](const ThreadRow& a, const ThreadRow& b) { return weight(a) > weight(b); });
+  while (kept > kMaxRows) fold_row(&other, rows[--kept], 1);
+  if (other.folded != 0) rows[kept++] = other;
+  return kept;
+}
+
+void gather(Data* d, Scratch& scratch, const Context& ctx) {
+  std::size_t want = stats::registry_size() + 16;
+  std::size_t cap = 0;
+  d->rows = scratch.take<ThreadRow>((want < kMaxRead ? want : kMaxRead) + 1, &cap);
+  d->snap.rows = d->rows;
+  d->snap.cap = cap > 0 ? cap - 1 : 0;  // one kept back for order_rows
+  stats::snapshot(&d->snap, ctx.at_exit);
+  d->nrows = d->rows != nullptr ? order_rows(d->rows, d->snap.nrows) : 0;
+
+  long n = pal::read_file("/proc/self/cmdline", d->command, sizeof d->command);
   for (long i = 0; i < n; ++i)
-    if (buf[i] == '\0') buf[i] = ' ';
-  while (n > 0 && buf[n - 1] == ' ') buf[--n] = '\0';
-  d->command.assign(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-  if (pal::read_file("/proc/self/status", buf, sizeof buf) > 0) {
-    d->peak_rss = status_kib(buf, "VmHWM:") * 1024;
-    d->rss = status_kib(buf, "VmRSS:") * 1024;
+    if (d->command[i] == '\0') d->command[i] = ' ';
+  while (n > 0 && d->command[n - 1] == ' ') d->command[--n] = '\0';
+  d->command_len = n > 0 ? static_cast<std::size_t>(n) : 0;
+  if (pal::read_file("/proc/self/status", d->status, sizeof d->status) > 0) {
+    d->peak_rss = status_kib(d->status, "VmHWM:") * 1024;
+    d->rss = status_kib(d->status, "VmRSS:") * 1024;
   }
   d->uptime_s = static_cast<double>(mono_ns() - start_ns) / 1e9;
-  d->at_exit = at_exit;
-  report_sites::gather(&d->sites, at_exit);
+  d->at_exit = ctx.at_exit;
+  d->short_of_memory = scratch.on_fallback();
+  report_sites::gather(&d->sites, scratch, ctx.at_exit);
 }
 
-const char* const kCallNames[] = {"malloc", "calloc", "realloc", "aligned", "free"};
+double dbl(std::uint64_t v) { return static_cast<double>(v); }
+double dbl(std::int64_t v) { return static_cast<double>(v); }
 
-std::string row_name(const ThreadRow& r) {
-  if (r.folded != 0) return fmt::format("{} other threads", r.folded);
-  return r.name[0] ? std::string(r.name) : std::string("?");
-}
-
-std::string format_text(const Data& d) {
+void text_header(Out& o, const Data& d) {
   const std::uint64_t* c = d.snap.total.c;
-  fmt::memory_buffer o;
-  auto out = std::back_inserter(o);
   char cut[32];
-  fmt::format_to(out, "==== lowtide {} report: pid {} ====\n", LOWTIDE_VERSION, ::getpid());
-  fmt::format_to(out, "command     {}\n", d.command);
-  fmt::format_to(out, "cutoff      {}\n", format_size(g.cutoff, cut, sizeof cut));
-  fmt::format_to(out, "uptime      {:.2f} s\n", d.uptime_s);
-  if (d.snap.partial) fmt::format_to(out, "PARTIAL     a lock was held at exit; counters read without it\n");
-  fmt::format_to(out, "\n-- process --\n");
-  fmt::format_to(out, "{:<28}{:>12}\n", "peak RSS (VmHWM)", human(static_cast<double>(d.peak_rss)));
-  fmt::format_to(out, "{:<28}{:>12}\n", "RSS now", human(static_cast<double>(d.rss)));
-  fmt::format_to(out, "{:<28}{:>12}\n", "live, small path", human(static_cast<double>(live(c, stats::kSmallOut, stats::kSmallFreed))));
-  fmt::format_to(out, "{:<28}{:>12}\n", "live, large path", human(static_cast<double>(live(c, stats::kLargeOut, stats::kLargeFreed))));
-  fmt::format_to(out, "{:<28}{:>12}\n", "given back to the OS", human(static_cast<double>(c[stats::kLargeReturnedBytes])));
+  o.put("==== lowtide {} report: pid {} ====\n", LOWTIDE_VERSION, ::getpid());
+  o.put("command     {}\n", fmt::string_view(d.command, d.command_len));
+  o.put("cutoff      {}\n", format_size(g.cutoff, cut, sizeof cut));
+  o.put("uptime      {:.2f} s\n", d.uptime_s);
+  if (d.snap.partial) o.put("PARTIAL     a lock was held at exit; counters read without it\n");
+  if (d.short_of_memory) o.put("SHORT       no memory for the report: fewer rows, possibly truncated\n");
+  if (std::uint64_t dr = dropped(); dr != 0) o.put("dropped     {} report(s) for stderr (fd 2 closed or not writable)\n", dr);
+  o.put("\n-- process --\n");
+  o.put("{:<28}{:>12}\n", "peak RSS (VmHWM)", Human(dbl(d.peak_rss)));
+  o.put("{:<28}{:>12}\n", "RSS now", Human(dbl(d.rss)));
+  o.put("{:<28}{:>12}\n", "live, small path", Human(dbl(live(c, stats::kSmallOut, stats::kSmallFreed))));
+  o.put("{:<28}{:>12}\n", "live, large path", Human(dbl(live(c, stats::kLargeOut, stats::kLargeFreed))));
+  o.put("{:<28}{:>12}\n", "given back to the OS", Human(dbl(c[stats::kLargeReturnedBytes])));
 
-  fmt::format_to(out, "\n-- totals --\n");
-  fmt::format_to(out, "{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "calls", "malloc", "calloc", "realloc", "aligned", "free");
-  fmt::format_to(out, "{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "", c[stats::kMallocCalls], c[stats::kCallocCalls],
-                 c[stats::kReallocCalls], c[stats::kAlignedCalls], c[stats::kFreeCalls]);
-  fmt::format_to(out, "{:<12}{:>14}{:>14}{:>14}{:>14}\n", "path", "requested", "handed out", "freed", "live");
-  fmt::format_to(out, "{:<12}{:>14}{:>14}{:>14}{:>14}\n", "small", human(static_cast<double>(c[stats::kSmallRequested])),
-                 human(static_cast<double>(c[stats::kSmallOut])), human(static_cast<double>(c[stats::kSmallFreed])),
-                 human(static_cast<double>(live(c, stats::kSmallOut, stats::kSmallFreed))));
-  fmt::format_to(out, "{:<12}{:>14}{:>14}{:>14}{:>14}\n", "large", human(static_cast<double>(c[stats::kLargeRequested])),
-                 human(static_cast<double>(c[stats::kLargeOut])), human(static_cast<double>(c[stats::kLargeFreed])),
-                 human(static_cast<double>(live(c, stats::kLargeOut, stats::kLargeFreed))));
+  o.put("\n-- totals --\n");
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "calls", "malloc", "calloc", "realloc", "aligned", "free");
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "", c[stats::kMallocCalls], c[stats::kCallocCalls],
+        c[stats::kReallocCalls], c[stats::kAlignedCalls], c[stats::kFreeCalls]);
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "path", "requested", "handed out", "freed", "live");
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "small", Human(dbl(c[stats::kSmallRequested])),
+        Human(dbl(c[stats::kSmallOut])), Human(dbl(c[stats::kSmallFreed])),
+        Human(dbl(live(c, stats::kSmallOut, stats::kSmallFreed))));
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "large", Human(dbl(c[stats::kLargeRequested])),
+        Human(dbl(c[stats::kLargeOut])), Human(dbl(c[stats::kLargeFreed])),
+        Human(dbl(live(c, stats::kLargeOut, stats::kLargeFreed))));
+}
 
-  fmt::format_to(out, "\n-- large path --\n");
-  fmt::format_to(out, "{:<34}{:>12}\n", "blocks allocated", c[stats::kLargeMaps]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "blocks released", c[stats::kLargeUnmaps]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "resized in place", c[stats::kLargeInPlace]);
-  fmt::format_to(out, "{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::kLargeRemaps],
-                 human(static_cast<double>(c[stats::kLargeRemapBytes])));
-  fmt::format_to(out, "{:<34}{:>12}   ({} copied)\n", "moved by copying", c[stats::kLargeCopies],
-                 human(static_cast<double>(c[stats::kLargeCopyBytes])));
-  fmt::format_to(out, "{:<34}{:>12}\n", "realloc small -> large", c[stats::kCrossUp]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "realloc large -> small", c[stats::kCrossDown]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::kLargeFallback]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::kLargeCachedFrees]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "allocations served from it", c[stats::kLargeReused]);
-  fmt::format_to(out, "{:<34}{:>12}\n", "held in it now", human(static_cast<double>(cache::cached_bytes())));
-  fmt::format_to(out, "{:<34}{:>12}\n", "peak live (process)", human(static_cast<double>(d.snap.large_peak)));
+void text_large(Out& o, const Data& d) {
+  const std::uint64_t* c = d.snap.total.c;
+  o.put("\n-- large path --\n");
+  o.put("{:<34}{:>12}\n", "blocks allocated", c[stats::kLargeMaps]);
+  o.put("{:<34}{:>12}\n", "blocks released", c[stats::kLargeUnmaps]);
+  o.put("{:<34}{:>12}\n", "resized in place", c[stats::kLargeInPlace]);
+  o.put("{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::kLargeRemaps],
+        Human(dbl(c[stats::kLargeRemapBytes])));
+  o.put("{:<34}{:>12}   ({} copied)\n", "moved by copying", c[stats::kLargeCopies], Human(dbl(c[stats::kLargeCopyBytes])));
+  o.put("{:<34}{:>12}\n", "realloc small -> large", c[stats::kCrossUp]);
+  o.put("{:<34}{:>12}\n", "realloc large -> small", c[stats::kCrossDown]);
+  o.put("{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::kLargeFallback]);
+  o.put("{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::kLargeCachedFrees]);
+  o.put("{:<34}{:>12}\n", "allocations served from it", c[stats::kLargeReused]);
+  o.put("{:<34}{:>12}\n", "held in it now", Human(dbl(cache::cached_bytes())));
+  o.put("{:<34}{:>12}\n", "peak live (process)", Human(dbl(d.snap.large_peak)));
+}
 
-  fmt::format_to(out, "\n-- threads (by bytes handed out) --\n");
-  fmt::format_to(out, "{:>8}  {:<18}{:<8}{:>12}{:>12}{:>12}{:>12}\n", "tid", "name", "state", "allocs", "frees",
-                 "handed out", "freed");
-  for (const ThreadRow& r : d.rows) {
+void row_name(Out& o, const ThreadRow& r, bool json) {
+  if (r.folded != 0) {
+    if (json) o.put("\"{} other threads\"", r.folded);
+    else o.put("{} other threads", r.folded);
+    return;
+  }
+  const char* name = r.name[0] ? r.name : "?";
+  std::size_t n = strnlen(name, sizeof r.name);
+  if (json) o.json_string(name, n);
+  else o.raw(name, n);
+}
+
+void text_threads(Out& o, const Data& d) {
+  o.put("\n-- threads (by bytes handed out) --\n");
+  o.put("{:>8}  {:<18}{:<8}{:>12}{:>12}{:>12}{:>12}\n", "tid", "name", "state", "allocs", "frees", "handed out",
+        "freed");
+  for (std::size_t i = 0; i < d.nrows; ++i) {
+    const ThreadRow& r = d.rows[i];
     std::uint64_t allocs = r.c[stats::kMallocCalls] + r.c[stats::kCallocCalls] + r.c[stats::kReallocCalls] +
                            r.c[stats::kAlignedCalls];
-    std::string tid = r.folded ? std::string("-") : fmt::format("{}", r.tid);
-    const char* state = r.folded ? "-" : (r.alive ? "alive" : "exited");
-    fmt::format_to(out, "{:>8}  {:<18}{:<8}{:>12}{:>12}{:>12}{:>12}\n", tid, row_name(r), state, allocs,
-                   r.c[stats::kFreeCalls], human(static_cast<double>(r.c[stats::kSmallOut] + r.c[stats::kLargeOut])),
-                   human(static_cast<double>(r.c[stats::kSmallFreed] + r.c[stats::kLargeFreed])));
+    if (r.folded) o.put("{:>8}  ", "-");
+    else o.put("{:>8}  ", r.tid);
+    std::size_t at = o.size();
+    row_name(o, r, false);
+    std::size_t w = o.size() - at;
+    o.put("{:<{}}{:<8}{:>12}{:>12}{:>12}{:>12}\n", "", w < 18 ? 18 - w : 0,
+          r.folded ? "-" : (r.alive ? "alive" : "exited"), allocs, r.c[stats::kFreeCalls],
+          Human(dbl(r.c[stats::kSmallOut] + r.c[stats::kLargeOut])),
+          Human(dbl(r.c[stats::kSmallFreed] + r.c[stats::kLargeFreed])));
   }
+}
 
-  fmt::format_to(out, "\n-- request sizes --\n");
+void text_sizes(Out& o, const Data& d) {
+  o.put("\n-- request sizes --\n");
   std::uint64_t maxh = 1;
   for (unsigned i = 0; i < stats::kHistBuckets; ++i) maxh = std::max(maxh, d.snap.total.hist[i]);
+  static const char kBar[] = "########################################";
   for (unsigned i = 0; i < stats::kHistBuckets; ++i) {
     std::uint64_t h = d.snap.total.hist[i];
     if (h == 0) continue;
-    double lo = i == 0 ? 0 : static_cast<double>(std::uint64_t{1} << (i - 1));
-    double hi = static_cast<double>(std::uint64_t{1} << i);
-    auto bar = static_cast<std::size_t>(40.0 * static_cast<double>(h) / static_cast<double>(maxh));
-    fmt::format_to(out, "{:>10} .. <{:<10}{:>14}  {}\n", human(lo), human(hi), h, std::string(bar ? bar : 1, '#'));
+    double lo = i == 0 ? 0 : dbl(std::uint64_t{1} << (i - 1));
+    double hi = dbl(std::uint64_t{1} << i);
+    auto bar = static_cast<std::size_t>(40.0 * dbl(h) / dbl(maxh));
+    o.put("{:>10} .. <{:<10}{:>14}  {}\n", Human(lo), Human(hi), h, fmt::string_view(kBar, bar ? bar : 1));
   }
-  report_sites::text(o, d.sites, d.at_exit);
-  return fmt::to_string(o);
 }
 
-void json_path(fmt::memory_buffer& o, const std::uint64_t* c, stats::Counter req, stats::Counter out,
-               stats::Counter freed) {
-  fmt::format_to(std::back_inserter(o), "{{\"requested\": {}, \"out\": {}, \"freed\": {}, \"live\": {}}}", c[req],
-                 c[out], c[freed], live(c, out, freed));
+void format_text(Out& o, const Data& d, const Context& ctx) {
+  text_header(o, d);
+  text_large(o, d);
+  text_threads(o, d);
+  text_sizes(o, d);
+  report_sites::text(o, d.sites, d.at_exit, ctx.demangle);
+  if (o.full()) o.finish_with("[report truncated: no room left for the rest]\n");
 }
 
-void json_calls(fmt::memory_buffer& o, const std::uint64_t* c) {
-  fmt::format_to(std::back_inserter(o), "{{\"malloc\": {}, \"calloc\": {}, \"realloc\": {}, \"aligned\": {}, \"free\": {}}}",
-                 c[stats::kMallocCalls], c[stats::kCallocCalls], c[stats::kReallocCalls], c[stats::kAlignedCalls],
-                 c[stats::kFreeCalls]);
+void json_path(Out& o, const std::uint64_t* c, stats::Counter req, stats::Counter out, stats::Counter freed) {
+  o.put("{{\"requested\": {}, \"out\": {}, \"freed\": {}, \"live\": {}}}", c[req], c[out], c[freed],
+        live(c, out, freed));
 }
 
-std::string format_json(const Data& d) {
+void json_calls(Out& o, const std::uint64_t* c) {
+  o.put("{{\"malloc\": {}, \"calloc\": {}, \"realloc\": {}, \"aligned\": {}, \"free\": {}}}", c[stats::kMallocCalls],
+        c[stats::kCallocCalls], c[stats::kReallocCalls], c[stats::kAlignedCalls], c[stats::kFreeCalls]);
+}
+
+// The JSON report's head and totals: what a truncated report still has.
+void json_head(Out& o, const Data& d, bool truncated) {
   const std::uint64_t* c = d.snap.total.c;
-  fmt::memory_buffer o;
-  auto out = std::back_inserter(o);
-  fmt::format_to(out, "{{\"schema\": \"lowtide-report\", \"schema_version\": 1, \"version\": \"{}\", ", LOWTIDE_VERSION);
-  fmt::format_to(out, "\"pid\": {}, \"command\": \"{}\", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {},\n",
-                 ::getpid(), json_escape(d.command.c_str()), g.cutoff, d.uptime_s, d.snap.partial ? "true" : "false");
-  fmt::format_to(out,
-                 " \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
-                 "\"returned_to_os\": {}}},\n",
-                 d.peak_rss, d.rss, live(c, stats::kSmallOut, stats::kSmallFreed),
-                 live(c, stats::kLargeOut, stats::kLargeFreed), c[stats::kLargeReturnedBytes]);
-  fmt::format_to(out, " \"totals\": {{\"calls\": ");
+  o.put("{{\"schema\": \"lowtide-report\", \"schema_version\": 1, \"version\": \"{}\", ", LOWTIDE_VERSION);
+  o.put("\"pid\": {}, \"command\": ", ::getpid());
+  o.json_string(d.command, d.command_len);
+  o.put(", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {}, \"truncated\": {}, \"reports_dropped\": {},\n",
+        g.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
+  o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
+        "\"returned_to_os\": {}}},\n",
+        d.peak_rss, d.rss, live(c, stats::kSmallOut, stats::kSmallFreed), live(c, stats::kLargeOut, stats::kLargeFreed),
+        c[stats::kLargeReturnedBytes]);
+  o.put(" \"totals\": {{\"calls\": ");
   json_calls(o, c);
-  fmt::format_to(out, ", \"small\": ");
+  o.put(", \"small\": ");
   json_path(o, c, stats::kSmallRequested, stats::kSmallOut, stats::kSmallFreed);
-  fmt::format_to(out, ", \"large\": ");
+  o.put(", \"large\": ");
   json_path(o, c, stats::kLargeRequested, stats::kLargeOut, stats::kLargeFreed);
-  fmt::format_to(out, "}},\n");
-  fmt::format_to(out,
-                 " \"large\": {{\"maps\": {}, \"unmaps\": {}, \"in_place\": {}, \"remaps\": {}, \"remap_bytes\": {}, "
-                 "\"copies\": {}, \"copy_bytes\": {}, \"returned_bytes\": {}, \"cross_up\": {}, \"cross_down\": {}, "
-                 "\"fallback\": {}, \"reused\": {}, \"cached_frees\": {}, \"cached_bytes\": {}, "
-                 "\"live\": {}, \"peak_live\": {}}},\n",
-                 c[stats::kLargeMaps], c[stats::kLargeUnmaps], c[stats::kLargeInPlace], c[stats::kLargeRemaps],
-                 c[stats::kLargeRemapBytes], c[stats::kLargeCopies], c[stats::kLargeCopyBytes],
-                 c[stats::kLargeReturnedBytes], c[stats::kCrossUp], c[stats::kCrossDown], c[stats::kLargeFallback],
-                 c[stats::kLargeReused], c[stats::kLargeCachedFrees], cache::cached_bytes(), d.snap.large_live,
-                 d.snap.large_peak);
-  fmt::format_to(out, " \"threads\": [");
-  bool first = true;
-  for (const ThreadRow& r : d.rows) {
-    fmt::format_to(out, "{}\n  {{\"tid\": {}, \"name\": \"{}\", \"alive\": {}, \"folded\": {}, \"calls\": ",
-                   first ? "" : ",", r.tid, json_escape(row_name(r).c_str()), r.alive ? "true" : "false", r.folded);
-    first = false;
+  o.put("}},\n");
+  o.put(" \"large\": {{\"maps\": {}, \"unmaps\": {}, \"in_place\": {}, \"remaps\": {}, \"remap_bytes\": {}, "
+        "\"copies\": {}, \"copy_bytes\": {}, \"returned_bytes\": {}, \"cross_up\": {}, \"cross_down\": {}, "
+        "\"fallback\": {}, \"reused\": {}, \"cached_frees\": {}, \"cached_bytes\": {}, "
+        "\"live\": {}, \"peak_live\": {}}}",
+        c[stats::kLargeMaps], c[stats::kLargeUnmaps], c[stats::kLargeInPlace], c[stats::kLargeRemaps],
+        c[stats::kLargeRemapBytes], c[stats::kLargeCopies], c[stats::kLargeCopyBytes], c[stats::kLargeReturnedBytes],
+        c[stats::kCrossUp], c[stats::kCrossDown], c[stats::kLargeFallback], c[stats::kLargeReused],
+        c[stats::kLargeCachedFrees], cache::cached_bytes(), d.snap.large_live, d.snap.large_peak);
+}
+
+void json_rest(Out& o, const Data& d, const Context& ctx) {
+  o.put(",\n \"threads\": [");
+  for (std::size_t i = 0; i < d.nrows; ++i) {
+    const ThreadRow& r = d.rows[i];
+    o.put("{}\n  {{\"tid\": {}, \"name\": ", i == 0 ? "" : ",", r.tid);
+    row_name(o, r, true);
+    o.put(", \"alive\": {}, \"folded\": {}, \"calls\": ", r.alive, r.folded);
     json_calls(o, r.c);
-    fmt::format_to(out, ", \"small\": ");
+    o.put(", \"small\": ");
     json_path(o, r.c, stats::kSmallRequested, stats::kSmallOut, stats::kSmallFreed);
-    fmt::format_to(out, ", \"large\": ");
+    o.put(", \"large\": ");
     json_path(o, r.c, stats::kLargeRequested, stats::kLargeOut, stats::kLargeFreed);
-    fmt::format_to(out, "}}");
+    o.put("}}");
   }
-  fmt::format_to(out, "],\n \"histogram\": [");
-  first = true;
+  o.put("],\n \"histogram\": [");
+  bool first = true;
   for (unsigned i = 0; i < stats::kHistBuckets; ++i) {
     if (d.snap.total.hist[i] == 0) continue;
     std::uint64_t lo = i == 0 ? 0 : std::uint64_t{1} << (i - 1);
     std::uint64_t hi = std::uint64_t{1} << i;
-    fmt::format_to(out, "{}{{\"min\": {}, \"max\": {}, \"count\": {}}}", first ? "" : ", ", lo, hi,
-                   d.snap.total.hist[i]);
+    o.put("{}{{\"min\": {}, \"max\": {}, \"count\": {}}}", first ? "" : ", ", lo, hi, d.snap.total.hist[i]);
     first = false;
   }
-  fmt::format_to(out, "]");
-  report_sites::json(o, d.sites);
-  fmt::format_to(out, "}}\n");
-  return fmt::to_string(o);
+  o.put("]");
+  report_sites::json(o, d.sites, ctx.demangle);
 }
 
-// "%p" -> pid, "%%" -> "%".
-std::string expand(const char* pattern) {
-  std::string out;
-  for (const char* s = pattern; *s; ++s) {
-    if (s[0] == '%' && s[1] == 'p') {
-      out += fmt::format("{}", ::getpid());
-      ++s;
-    } else if (s[0] == '%' && s[1] == '%') {
-      out += '%';
-      ++s;
-    } else {
-      out += *s;
-    }
-  }
-  return out;
-}
+// JSON must parse whole or not at all: when the full report does not fit,
+// it is written again with the head and totals only, "truncated": true.
+// Room for that is kept back from the text before it (kJsonHead).
+constexpr std::size_t kJsonHead = 4096;
 
-bool has_pid_pattern(const char* pattern) {
-  for (const char* s = pattern; *s; ++s) {
-    if (s[0] == '%' && s[1] == '%') ++s;
-    else if (s[0] == '%' && s[1] == 'p') return true;
-  }
-  return false;
-}
-
-bool is_stderr(const char* path) { return path == nullptr || std::strcmp(path, "stderr") == 0 || path[0] == '\0'; }
-
-bool write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  std::size_t n = s.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-int to_stderr_instead(const std::string& target, const std::string& body) {
-  int e = errno;
-  log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target, std::strerror(e));
-  write_all(2, body);
-  errno = e;
-  return -1;
-}
-
-int emit(const char* path, const std::string& body) {
-  if (is_stderr(path)) return write_all(2, body) ? 0 : -1;
-  std::string target = expand(path);
-  // Something other than a regular file (/dev/stderr, /dev/null, a FIFO, a
-  // link to one) is written to: renaming our file over it would replace it,
-  // and as root that breaks /dev for everyone. O_NONBLOCK: a FIFO nobody
-  // reads fails (ENXIO) instead of hanging the exit.
-  struct stat st;
-  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    int fd = ::open(target.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-      bool ok = write_all(fd, body);
-      ok = (::close(fd) == 0) && ok;
-      if (ok) return 0;
-    }
-    return to_stderr_instead(target, body);
-  }
-  std::string tmp = fmt::format("{}.tmp.{}", target, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    bool ok = write_all(fd, body);
-    ok = (::close(fd) == 0) && ok;
-    if (ok && ::rename(tmp.c_str(), target.c_str()) == 0) return 0;
-    ::unlink(tmp.c_str());
-  }
-  return to_stderr_instead(target, body);
+void format_json(Out& o, const Data& d, const Context& ctx) {
+  std::size_t mark = o.size();
+  json_head(o, d, false);
+  json_rest(o, d, ctx);
+  o.put("}}\n");
+  if (!o.full()) return;
+  o.rewind(mark);
+  json_head(o, d, true);
+  o.put("}}\n");
 }
 
 int format_from_config() {
@@ -382,28 +336,75 @@ int format_from_config() {
   }
 }
 
-int write_impl(const char* path, int format, bool at_exit) {
+bool has_pid_pattern(const char* pattern) {
+  for (const char* s = pattern; *s; ++s) {
+    if (s[0] == '%' && s[1] == '%') ++s;
+    else if (s[0] == '%' && s[1] == 'p') return true;
+  }
+  return false;
+}
+
+bool secure_process() { return ::getauxval(AT_SECURE) != 0; }
+
+int write_impl(const char* path, int format, const Context& ctx) {
   if (format == 0) format = format_from_config();
   if (format < kText || format > kBoth) {
     errno = EINVAL;
     return -1;
   }
-  Data d;
-  gather(&d, at_exit);
-  std::string body;
-  if (format & kText) body += format_text(d);
-  if (format & kJson) body += format_json(d);
-  return emit(path, body);
+  if (!is_stderr(path) && secure_process()) {
+    // docs/security.md: a setuid/setgid process writes no file.
+    errno = EPERM;
+    return -1;
+  }
+  const bool exit_buffer = ctx.at_exit;
+  bool api_buffer = false;
+  char* fallback = exit_fallback;
+  if (!exit_buffer) {
+    api_buffer = !api_fallback_busy.exchange(true, std::memory_order_acquire);
+    fallback = api_buffer ? api_fallback : nullptr;
+  }
+  int rc;
+  {
+    Scratch scratch(kScratch, fallback, fallback != nullptr ? kFallback : 0);
+    std::size_t got = 0;
+    Data* d = scratch.take<Data>(1, &got);
+    PathBuf* pb = is_stderr(path) ? nullptr : scratch.take<PathBuf>(1, &got);
+    if (d == nullptr) {
+      errno = ENOMEM;
+      rc = -1;
+    } else {
+      new (d) Data{};
+      gather(d, scratch, ctx);
+      std::size_t room = 0;
+      char* buf = scratch.rest(&room);
+      std::size_t len = 0;
+      if (format & kText) {
+        // The text leaves room for at least the JSON head after it.
+        Out text(buf, (format & kJson) && room > 2 * kJsonHead ? room - kJsonHead : room);
+        format_text(text, *d, ctx);
+        len = text.size();
+      }
+      if (format & kJson) {
+        Out json(buf + len, room - len);
+        format_json(json, *d, ctx);
+        len += json.size();
+      }
+      rc = write_path(path, buf, len, false, pb);
+    }
+  }
+  if (api_buffer) api_fallback_busy.store(false, std::memory_order_release);
+  return rc;
 }
 
 }  // namespace
 
 int write(const char* path, int format) {
   if (path == nullptr) path = g.config.str(Opt::stats_file);
-  return write_impl(path, format, false);
+  return write_impl(path, format, Context{false, true});
 }
 
-void at_exit() {
+void at_exit(bool from_exit_call) {
   if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return;
   // Never in the wrong process: a vfork child (shares our memory, must not
   // lock or allocate) has another pid and stops here.
@@ -415,7 +416,9 @@ void at_exit() {
   if ((forked_child || exec_child) && !has_pid_pattern(path)) return;
   if (reported.exchange(true)) return;
   int saved = errno;
-  write_impl(path, 0, true);
+  // _exit may be called from a signal handler that interrupted malloc:
+  // then not even the demangler (which mallocs) runs.
+  write_impl(path, 0, Context{true, !from_exit_call});
   errno = saved;
 }
 

@@ -11,9 +11,12 @@ enum Format : int { kText = 1, kJson = 2, kBoth = 3 };
 // (text when stats are off). Returns 0, or -1 with errno set.
 int write(const char* path, int format);
 
-// Called from lowtide's ELF destructor and from _exit/_Exit: writes the
+// Called from lowtide's ELF destructor (from_exit_call false) and from
+// _exit/_Exit (true: possibly inside a signal handler): writes the
 // configured report once, if this process should (see docs/report.md).
-void at_exit();
+// Takes no lock another thread or the interrupted code may hold, and never
+// calls malloc from _exit (docs/security.md).
+void at_exit(bool from_exit_call);
 
 // Constructor-time bookkeeping: start time, and the owner-pid marker that
 // tells exec'd children they are children.

@@ -1,7 +1,6 @@
 #include "report_sites.hpp"
 
 #include <algorithm>
-#include <string>
 
 #include "state.hpp"
 #include "symbolize.hpp"
@@ -10,79 +9,49 @@ namespace lowtide::report_sites {
 
 namespace {
 
-constexpr std::size_t kSizesShown = 32;   // sizes listed per live group
+using report::Human;
+
 constexpr std::uint32_t kTextFrames = 24;  // frames per site in the text report
 constexpr std::size_t kTextSizes = 8;      // sizes per live group in the text report
+// Live blocks listed at most: 4 MiB of scratch; the rest are counted as missed.
+constexpr std::size_t kMaxLiveBlocks = std::size_t{1} << 18;
 
-std::string human(double v) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  if (u == 0) return fmt::format("{:.0f} B", v);
-  return fmt::format("{:.1f} {}", v, units[u]);
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      out += fmt::format("\\u{:04x}", c);
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-std::string frame_text(const symbolize::Symbol& s) {
-  std::string where = fmt::format("{}+{:#x}", s.module, s.offset);
-  if (s.function.empty()) return where;
-  return fmt::format("{}+{:#x}  ({})", s.function, s.function_offset, where);
+void frame_text(report::Out& o, const sites::Frame& f, bool demangle) {
+  symbolize::Symbol s;
+  symbolize::frame(f, demangle, &s);
+  if (s.function[0] == '\0') o.put("{}+{:#x}", s.module, s.offset);
+  else o.put("{}+{:#x}  ({}+{:#x})", s.function, s.function_offset, s.module, s.offset);
 }
 
 const sites::SiteRow* find_row(const Data& d, std::uint32_t id) {
-  for (const auto& r : d.all)
-    if (r.id == id) return &r;
+  for (std::size_t i = 0; i < d.nall; ++i)
+    if (d.all[i].id == id) return &d.all[i];
   return nullptr;
 }
 
 }  // namespace
 
-void gather(Data* d, bool at_exit) {
-  // The report's own buffers are not the program's: no site for them.
-  std::uint16_t was = t_local.in_capture;
-  t_local.in_capture = 1;
+void gather(Data* d, report::Scratch& scratch, bool at_exit) {
   if (sites::enabled.load()) {
-    std::vector<sites::SiteRow> rows(sites::count() + 8);
-    rows.resize(sites::read_sites(rows.data(), rows.size()));
-    std::sort(rows.begin(), rows.end(), [](const sites::SiteRow& a, const sites::SiteRow& b) {
+    std::size_t cap = 0;
+    d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
+    d->nall = d->all != nullptr ? sites::read_sites(d->all, cap) : 0;
+    std::sort(d->all, d->all + d->nall, [](const sites::SiteRow& a, const sites::SiteRow& b) {
       return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes : a.id < b.id;
     });
-    d->top = std::min<std::size_t>(rows.size(), sites::shown());
-    d->all.swap(rows);
+    d->top = std::min<std::size_t>(d->nall, sites::shown());
   }
-  if (!g.arena.ready()) {
-    t_local.in_capture = was;
-    return;
-  }
-  // Storage first: the walk holds the arena lock, under which nothing may
-  // allocate (a large allocation would wait for that same lock).
-  std::vector<LiveBlock> blocks(g.large_blocks.load(std::memory_order_relaxed) + 256);
+  if (!g.arena.ready()) return;
+  std::size_t want = g.large_blocks.load(std::memory_order_relaxed) + 256;
+  std::size_t cap = 0;
+  LiveBlock* blocks = scratch.take<LiveBlock>(want < kMaxLiveBlocks ? want : kMaxLiveBlocks, &cap);
   std::size_t n = 0;
   std::uint64_t missed = 0;
   d->live_partial = !g.arena.for_each_live(
       // Never the block's header: another thread may be freeing the block
       // (its live slot cleared, its pages being replaced) as we pass.
       [&](char* user, std::uint32_t first, std::uint32_t granules, std::uint32_t site) {
-        if (user == reinterpret_cast<char*>(blocks.data())) return;
-        if (n == blocks.size()) {
+        if (n == cap) {
           ++missed;
           return;
         }
@@ -91,105 +60,117 @@ void gather(Data* d, bool at_exit) {
         blocks[n++] = {site < sites::kSites ? site : 0, usable};
       },
       at_exit);
-  t_local.in_capture = was;
-  blocks.resize(n);
   d->live_missed = missed;
-  std::sort(blocks.begin(), blocks.end(), [](const LiveBlock& a, const LiveBlock& b) {
+  std::sort(blocks, blocks + n, [](const LiveBlock& a, const LiveBlock& b) {
     return a.site != b.site ? a.site < b.site : a.usable > b.usable;
   });
-  for (const LiveBlock& b : blocks) {
-    if (d->live.empty() || d->live.back().site != b.site) d->live.push_back(LiveGroup{b.site, 0, 0, {}});
-    LiveGroup& grp = d->live.back();
+  std::size_t groups = 0;
+  for (std::size_t i = 0; i < n; ++i) groups += (i == 0 || blocks[i].site != blocks[i - 1].site) ? 1 : 0;
+  std::size_t gcap = 0;
+  d->live = groups != 0 ? scratch.take<LiveGroup>(groups, &gcap) : nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    const LiveBlock& b = blocks[i];
+    if (d->nlive == 0 || d->live[d->nlive - 1].site != b.site) {
+      if (d->nlive == gcap) {
+        // No room for another group: these blocks go uncounted, and say so.
+        d->live_missed += n - i;
+        break;
+      }
+      d->live[d->nlive++] = LiveGroup{b.site, 0, 0, 0, {}};
+    }
+    LiveGroup& grp = d->live[d->nlive - 1];
     ++grp.blocks;
     grp.bytes += b.usable;
-    if (grp.sizes.size() < kSizesShown) grp.sizes.push_back(b.usable);
+    if (grp.nsizes < kSizesShown) grp.sizes[grp.nsizes++] = b.usable;
   }
-  std::sort(d->live.begin(), d->live.end(), [](const LiveGroup& a, const LiveGroup& b) {
+  std::sort(d->live, d->live + d->nlive, [](const LiveGroup& a, const LiveGroup& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
   });
 }
 
-void text(fmt::memory_buffer& o, const Data& d, bool at_exit) {
+void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
   // Without call sites the text report stays as it was (the JSON still lists
   // live blocks, all without a site).
   if (!sites::enabled.load()) return;
-  auto out = std::back_inserter(o);
-  {
-    std::uint64_t t = sites::interval();
-    fmt::format_to(out, "\n-- top {} large-allocation sites (by peak live bytes; {}) --\n", sites::shown(),
-                   t == 0 ? std::string("every large block captured")
-                          : fmt::format("sampled every {} on average, figures scaled", human(static_cast<double>(t))));
-    if (d.top == 0) fmt::format_to(out, "(no large block captured)\n");
-    for (std::size_t k = 0; k < d.top; ++k) {
-      const sites::SiteRow& r = d.all[k];
-      fmt::format_to(out, "site {}: peak live {}, live now {} in {:.0f} blocks; allocated {:.0f} blocks, {}; "
-                     "moved by realloc {:.0f}; captured {}\n",
-                     r.id, human(r.peak_bytes), human(r.live_bytes), r.live_blocks, r.blocks, human(r.bytes),
-                     r.remaps, r.sampled);
-      if (r.id == sites::kFullSite) fmt::format_to(out, "    (stacks seen after the site table filled up)\n");
-      for (std::uint32_t i = 0; i < r.nframes && i < kTextFrames; ++i)
-        fmt::format_to(out, "    #{:<2} {}\n", i, frame_text(symbolize::frame(r.frames[i])));
-      if (r.nframes > kTextFrames) fmt::format_to(out, "    ... {} more frames (all in the JSON report)\n", r.nframes - kTextFrames);
-    }
-    if (sites::table_full()) fmt::format_to(out, "(the site table filled up: later new stacks are counted in site 1)\n");
-  }
-  fmt::format_to(out, "\n-- large blocks live {}, by site --\n", at_exit ? "at exit" : "now");
-  if (d.live_partial) fmt::format_to(out, "PARTIAL     the arena lock was held; list read without it\n");
-  if (d.live.empty()) fmt::format_to(out, "(none)\n");
-  fmt::format_to(out, "{:>6}{:>8}{:>12}  {}\n", "site", "blocks", "bytes", "where / sizes");
-  for (const LiveGroup& grp : d.live) {
-    std::string where;
-    if (grp.site == 0) where = "(not sampled, or allocated before start-up)";
-    else if (grp.site == sites::kFullSite) where = "(site table full)";
-    else if (const sites::SiteRow* r = find_row(d, grp.site); r != nullptr && r->nframes != 0)
-      where = frame_text(symbolize::frame(r->frames[0]));
-    else where = "?";
-    fmt::format_to(out, "{:>6}{:>8}{:>12}  {}\n", grp.site == 0 ? std::string("-") : fmt::format("{}", grp.site),
-                   grp.blocks, human(static_cast<double>(grp.bytes)), where);
-    std::string sizes;
-    std::size_t k = 0;
-    for (; k < grp.sizes.size() && k < kTextSizes; ++k) sizes += (k ? ", " : "") + human(static_cast<double>(grp.sizes[k]));
-    if (grp.blocks > k) sizes += fmt::format(", ... ({} more)", grp.blocks - k);
-    fmt::format_to(out, "{:>28}{}\n", "", sizes);
-  }
-  if (d.live_missed != 0) fmt::format_to(out, "({} blocks allocated while the list was taken are not in it)\n", d.live_missed);
-}
-
-void json(fmt::memory_buffer& o, const Data& d) {
-  auto out = std::back_inserter(o);
-  auto r0 = [](double v) { return static_cast<std::int64_t>(v < 0 ? v - 0.5 : v + 0.5); };
-  fmt::format_to(out, ",\n \"sites\": {{\"enabled\": {}, \"shown\": {}, \"sample_interval\": {}, \"count\": {}, "
-                 "\"table_full\": {}, \"top\": [",
-                 sites::enabled.load() ? "true" : "false", sites::enabled.load() ? sites::shown() : 0u,
-                 sites::enabled.load() ? sites::interval() : 0u, d.all.size(), sites::table_full() ? "true" : "false");
-  bool first = true;
+  std::uint64_t t = sites::interval();
+  o.put("\n-- top {} large-allocation sites (by peak live bytes; ", sites::shown());
+  if (t == 0) o.put("every large block captured) --\n");
+  else o.put("sampled every {} on average, figures scaled) --\n", Human(static_cast<double>(t)));
+  if (d.top == 0) o.put("(no large block captured)\n");
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];
-    fmt::format_to(out, "{}\n  {{\"id\": {}, \"captured\": {}, \"blocks\": {}, \"bytes\": {}, \"live_blocks\": {}, "
-                   "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"remaps\": {}, \"frames\": [",
-                   first ? "" : ",", r.id, r.sampled, r0(r.blocks), r0(r.bytes), r0(r.live_blocks), r0(r.live_bytes),
-                   r0(r.peak_bytes), r0(r.remaps));
-    first = false;
-    for (std::uint32_t i = 0; i < r.nframes; ++i) {
-      symbolize::Symbol s = symbolize::frame(r.frames[i]);
-      fmt::format_to(out, "{}{{\"module\": \"{}\", \"offset\": {}, \"function\": ", i == 0 ? "" : ", ",
-                     escape(s.module), s.offset);
-      if (s.function.empty()) fmt::format_to(out, "null, \"function_offset\": null}}");
-      else fmt::format_to(out, "\"{}\", \"function_offset\": {}}}", escape(s.function), s.function_offset);
+    o.put("site {}: peak live {}, live now {} in {:.0f} blocks; allocated {:.0f} blocks, {}; "
+          "moved by realloc {:.0f}; captured {}\n",
+          r.id, Human(r.peak_bytes), Human(r.live_bytes), r.live_blocks, r.blocks, Human(r.bytes), r.remaps,
+          r.sampled);
+    if (r.id == sites::kFullSite) o.put("    (stacks seen after the site table filled up)\n");
+    for (std::uint32_t i = 0; i < r.nframes && i < kTextFrames; ++i) {
+      o.put("    #{:<2} ", i);
+      frame_text(o, r.frames[i], demangle);
+      o.raw("\n", 1);
     }
-    fmt::format_to(out, "]}}");
+    if (r.nframes > kTextFrames) o.put("    ... {} more frames (all in the JSON report)\n", r.nframes - kTextFrames);
   }
-  fmt::format_to(out, "],\n  \"live_partial\": {}, \"live_missed\": {}, \"live\": [", d.live_partial ? "true" : "false",
-                 d.live_missed);
-  first = true;
-  for (const LiveGroup& grp : d.live) {
-    fmt::format_to(out, "{}\n  {{\"site\": {}, \"blocks\": {}, \"bytes\": {}, \"sizes\": [",
-                   first ? "" : ",", grp.site, grp.blocks, grp.bytes);
-    first = false;
-    for (std::size_t i = 0; i < grp.sizes.size(); ++i) fmt::format_to(out, "{}{}", i == 0 ? "" : ", ", grp.sizes[i]);
-    fmt::format_to(out, "]}}");
+  if (sites::table_full()) o.put("(the site table filled up: later new stacks are counted in site 1)\n");
+  o.put("\n-- large blocks live {}, by site --\n", at_exit ? "at exit" : "now");
+  if (d.live_partial) o.put("PARTIAL     the arena lock was held; list read without it\n");
+  if (d.nlive == 0) o.put("(none)\n");
+  o.put("{:>6}{:>8}{:>12}  {}\n", "site", "blocks", "bytes", "where / sizes");
+  for (std::size_t gi = 0; gi < d.nlive; ++gi) {
+    const LiveGroup& grp = d.live[gi];
+    if (grp.site == 0) o.put("{:>6}", "-");
+    else o.put("{:>6}", grp.site);
+    o.put("{:>8}{:>12}  ", grp.blocks, Human(static_cast<double>(grp.bytes)));
+    if (grp.site == 0) o.put("(not sampled, or allocated before start-up)");
+    else if (grp.site == sites::kFullSite) o.put("(site table full)");
+    else if (const sites::SiteRow* r = find_row(d, grp.site); r != nullptr && r->nframes != 0)
+      frame_text(o, r->frames[0], demangle);
+    else o.put("?");
+    o.put("\n{:>28}", "");
+    std::size_t k = 0;
+    for (; k < grp.nsizes && k < kTextSizes; ++k) o.put("{}{}", k ? ", " : "", Human(static_cast<double>(grp.sizes[k])));
+    if (grp.blocks > k) o.put(", ... ({} more)", grp.blocks - k);
+    o.raw("\n", 1);
   }
-  fmt::format_to(out, "]}}");
+  if (d.live_missed != 0) o.put("({} blocks are not in this list: allocated while it was taken, or no room)\n", d.live_missed);
+}
+
+void json(report::Out& o, const Data& d, bool demangle) {
+  auto r0 = [](double v) { return static_cast<std::int64_t>(v < 0 ? v - 0.5 : v + 0.5); };
+  const bool on = sites::enabled.load();
+  o.put(",\n \"sites\": {{\"enabled\": {}, \"shown\": {}, \"sample_interval\": {}, \"count\": {}, "
+        "\"table_full\": {}, \"top\": [",
+        on, on ? sites::shown() : 0u, on ? sites::interval() : 0u, d.nall, sites::table_full());
+  for (std::size_t k = 0; k < d.top; ++k) {
+    const sites::SiteRow& r = d.all[k];
+    o.put("{}\n  {{\"id\": {}, \"captured\": {}, \"blocks\": {}, \"bytes\": {}, \"live_blocks\": {}, "
+          "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"remaps\": {}, \"frames\": [",
+          k == 0 ? "" : ",", r.id, r.sampled, r0(r.blocks), r0(r.bytes), r0(r.live_blocks), r0(r.live_bytes),
+          r0(r.peak_bytes), r0(r.remaps));
+    for (std::uint32_t i = 0; i < r.nframes; ++i) {
+      symbolize::Symbol s;
+      symbolize::frame(r.frames[i], demangle, &s);
+      o.put("{}{{\"module\": ", i == 0 ? "" : ", ");
+      o.json_string(s.module);
+      o.put(", \"offset\": {}, \"function\": ", s.offset);
+      if (s.function[0] == '\0') {
+        o.put("null, \"function_offset\": null}}");
+      } else {
+        o.json_string(s.function);
+        o.put(", \"function_offset\": {}}}", s.function_offset);
+      }
+    }
+    o.put("]}}");
+  }
+  o.put("],\n  \"live_partial\": {}, \"live_missed\": {}, \"live\": [", d.live_partial, d.live_missed);
+  for (std::size_t gi = 0; gi < d.nlive; ++gi) {
+    const LiveGroup& grp = d.live[gi];
+    o.put("{}\n  {{\"site\": {}, \"blocks\": {}, \"bytes\": {}, \"sizes\": [", gi == 0 ? "" : ",", grp.site,
+          grp.blocks, grp.bytes);
+    for (std::size_t i = 0; i < grp.nsizes; ++i) o.put("{}{}", i == 0 ? "" : ", ", grp.sizes[i]);
+    o.put("]}}");
+  }
+  o.put("]}}");
 }
 
 }  // namespace lowtide::report_sites

@@ -1,0 +1,273 @@
+#include "report_file.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.hpp"
+
+namespace lowtide::report {
+
+namespace {
+
+std::atomic<std::uint64_t> n_dropped{0};
+
+// SIGPIPE blocked while a report is written to a pipe or FIFO whose reader
+// may be gone, and the one that write raised taken back, so that writing a
+// report never changes how the process ends. (One already pending before is
+// left for the process.)
+class NoSigpipe {
+ public:
+  NoSigpipe() noexcept {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    sigset_t pending;
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      timespec zero{0, 0};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// "%p" -> pid, "%%" -> "%", into out[kPathMax]. false when it does not fit.
+bool expand(const char* pattern, char* out) {
+  std::size_t n = 0;
+  auto put = [&](const char* s, std::size_t len) {
+    if (n + len >= kPathMax) return false;
+    std::memcpy(out + n, s, len);
+    n += len;
+    return true;
+  };
+  for (const char* s = pattern; *s; ++s) {
+    if (s[0] == '%' && s[1] == 'p') {
+      char pid[24];
+      auto r = fmt::format_to_n(pid, sizeof pid, "{}", ::getpid());
+      if (!put(pid, r.size)) return false;
+      ++s;
+    } else if (s[0] == '%' && s[1] == '%') {
+      if (!put("%", 1)) return false;
+      ++s;
+    } else if (!put(s, 1)) {
+      return false;
+    }
+  }
+  out[n] = '\0';
+  return true;
+}
+
+// 64 unpredictable bits for a temporary name: getrandom(2), or, where it
+// is unavailable or would block, the clock, the pid and stack addresses
+// mixed (still different in every process and every call).
+std::uint64_t random_bits() {
+  std::uint64_t v = 0;
+  if (::syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == static_cast<long>(sizeof v)) return v;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  v = static_cast<std::uint64_t>(ts.tv_nsec) ^ (static_cast<std::uint64_t>(ts.tv_sec) << 32) ^
+      reinterpret_cast<std::uintptr_t>(&ts) ^ (static_cast<std::uint64_t>(::getpid()) << 17);
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  return v;
+}
+
+// The directory part of target into dir: "." when there is none.
+void dir_of(const char* target, char* dir) {
+  const char* slash = std::strrchr(target, '/');
+  if (slash == nullptr) {
+    std::memcpy(dir, ".", 2);
+    return;
+  }
+  std::size_t n = slash == target ? 1 : static_cast<std::size_t>(slash - target);
+  std::memcpy(dir, target, n);
+  dir[n] = '\0';
+}
+
+// A fresh file: written under a temporary name nobody can predict or plant,
+// then renamed over the target (which replaces a regular file or nothing).
+// The temporary name has a fixed length, so any final name the file system
+// accepts works.
+bool create_new(PathBuf* pb, const char* body, std::size_t n) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto r = fmt::format_to_n(pb->tmp, kPathMax - 1, "{}/.lowtide-{:016x}.tmp", pb->dir, random_bits());
+    if (r.size >= kPathMax - 1) {
+      errno = ENAMETOOLONG;
+      return false;
+    }
+    pb->tmp[r.size] = '\0';
+    int fd = ::open(pb->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      return false;
+    }
+    struct stat st;
+    bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
+    if (!ok) {
+      // Not the file we just created: leave it alone.
+      ::close(fd);
+      errno = EEXIST;
+      return false;
+    }
+    ok = write_all(fd, body, n);
+    int e = errno;
+    ok = (::close(fd) == 0) && ok;
+    if (ok && ::rename(pb->tmp, pb->target) == 0) return true;
+    e = errno;
+    ::unlink(pb->tmp);
+    errno = e;
+    return false;
+  }
+  return false;
+}
+
+// Something that exists and is not a plain regular file: a FIFO, a device,
+// or a symlink (follow = true) the checks allow. Opened without O_CREAT (a
+// dangling link is not replaced); O_NONBLOCK so a FIFO nobody reads fails
+// (ENXIO) instead of hanging the exit. A regular file reached through a
+// link is truncated and rewritten in place.
+bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
+  int fd = ::open(pb->target, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    errno = EISDIR;
+    return false;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!follow) {
+      // Replaced by a regular file since we looked: write a new one instead.
+      ::close(fd);
+      return create_new(pb, body, n);
+    }
+    if (::ftruncate(fd, 0) != 0) {
+      int e = errno;
+      ::close(fd);
+      errno = e;
+      return false;
+    }
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  bool ok;
+  {
+    NoSigpipe guard;
+    ok = write_all(fd, body, n);
+  }
+  int e = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) errno = e;
+  return ok;
+}
+
+// The kernel's fs.protected_symlinks rule: in a sticky world-writable
+// directory, follow a link only if it is ours or the directory owner's.
+bool may_follow(const PathBuf* pb, const struct stat& link) {
+  struct stat d;
+  if (::stat(pb->dir, &d) != 0) return false;
+  bool shared = (d.st_mode & S_ISVTX) != 0 && (d.st_mode & S_IWOTH) != 0;
+  return !shared || link.st_uid == ::geteuid() || link.st_uid == d.st_uid;
+}
+
+int failed(const char* target, const char* why, const char* body, std::size_t n) {
+  int e = errno;
+  log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target,
+            why != nullptr ? why : std::strerror(e));
+  write_stderr(body, n);
+  errno = e;
+  return -1;
+}
+
+}  // namespace
+
+bool is_stderr(const char* path) {
+  if (path == nullptr || path[0] == '\0') return true;
+  for (const char* name : {"stderr", "/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"})
+    if (std::strcmp(path, name) == 0) return true;
+  return false;
+}
+
+int write_stderr(const char* body, std::size_t n) {
+  int fl = ::fcntl(2, F_GETFL);
+  if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY) {
+    n_dropped.fetch_add(1, std::memory_order_relaxed);
+    errno = EBADF;
+    return -1;
+  }
+  NoSigpipe guard;
+  return write_all(2, body, n) ? 0 : -1;
+}
+
+int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb) {
+  if (is_stderr(path)) return write_stderr(body, n);
+  if (secure) {
+    // docs/security.md: a setuid/setgid process writes no file.
+    errno = EPERM;
+    return -1;
+  }
+  if (pb == nullptr) {
+    errno = ENOMEM;
+    return failed(path, nullptr, body, n);
+  }
+  if (!expand(path, pb->target)) {
+    errno = ENAMETOOLONG;
+    return failed(path, nullptr, body, n);
+  }
+  dir_of(pb->target, pb->dir);
+  struct stat lst;
+  if (::lstat(pb->target, &lst) != 0) {
+    if (errno == ENOENT && create_new(pb, body, n)) return 0;
+    return failed(pb->target, nullptr, body, n);
+  }
+  bool ok;
+  if (S_ISLNK(lst.st_mode)) {
+    if (!may_follow(pb, lst)) {
+      errno = EACCES;
+      return failed(pb->target, "a symlink of another user in a sticky world-writable directory", body, n);
+    }
+    ok = write_through(pb, body, n, true);
+  } else if (S_ISREG(lst.st_mode)) {
+    ok = create_new(pb, body, n);
+  } else if (S_ISDIR(lst.st_mode)) {
+    errno = EISDIR;
+    ok = false;
+  } else {
+    ok = write_through(pb, body, n, false);
+  }
+  return ok ? 0 : failed(pb->target, nullptr, body, n);
+}
+
+std::uint64_t dropped() { return n_dropped.load(std::memory_order_relaxed); }
+
+}  // namespace lowtide::report

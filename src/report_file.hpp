@@ -1,0 +1,49 @@
+// Where a report goes: stderr (fd 2, by write(2) only) or a file, created
+// so that nobody else can steer it (docs/security.md):
+// - a new file is written under an unpredictable temporary name in the same
+//   directory, created O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC with mode 0600,
+//   checked with fstat, then renamed over the final name;
+// - a symlink at the final name is followed only where the kernel's
+//   fs.protected_symlinks would follow it (not in a sticky world-writable
+//   directory unless the link belongs to us or to the directory's owner),
+//   and a dangling one is never replaced;
+// - something that is not a regular file (a FIFO, /dev/null, a terminal) is
+//   opened without O_CREAT and written to; a FIFO nobody reads fails rather
+//   than hangs;
+// - in an AT_SECURE process no file is written at all (EPERM);
+// - with fd 2 closed or not writable, a report for stderr is dropped and
+//   counted, never sent through a path such as /dev/stderr.
+// Nothing here allocates, and SIGPIPE from a reader that went away is
+// swallowed, so a report never changes how the process ends.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "report_out.hpp"
+
+namespace lowtide::report {
+
+// Path names meaning fd 2: "stderr", "", "/dev/stderr", "/dev/fd/2",
+// "/proc/self/fd/2".
+bool is_stderr(const char* path);
+
+// Write body to fd 2. -1 with errno EBADF (and one more dropped report) when
+// fd 2 is closed or read-only.
+int write_stderr(const char* body, std::size_t n);
+
+constexpr std::size_t kPathMax = 4096;  // PATH_MAX
+// Room for the names write_path works with (taken from the report's Scratch,
+// not the stack: the report may run on a small signal stack).
+struct PathBuf {
+  char target[kPathMax], tmp[kPathMax], dir[kPathMax];
+};
+
+// Write body to `path` ("%p" = pid, "%%" = '%'), as above. On failure writes
+// one warning, and the body to fd 2 when it is writable; returns -1 with
+// errno set.
+int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb);
+
+// Reports dropped because fd 2 was closed or not writable.
+std::uint64_t dropped();
+
+}  // namespace lowtide::report
