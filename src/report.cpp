@@ -325,6 +325,9 @@ void format_json(Out& o, const Data& d, const Context& ctx) {
   if (!o.full()) return;
   o.rewind(mark);
   json_head(o, d, true);
+  // Every key still there, so readers need no special case.
+  o.put(",\n \"threads\": [],\n \"histogram\": []");
+  report_sites::json(o, report_sites::Data{}, false);
   o.put("}}\n");
 }
 

@@ -42,7 +42,7 @@ def check_schema(r, pid=None):
     """Every field docs/report.md describes, with its type; totals are the
     sums of the rows; the histogram's counts add up to the allocating calls."""
     check(list(r.keys()) == ["schema", "schema_version", "version", "pid", "command", "cutoff", "uptime_s",
-                             "partial", "process", "totals", "large", "threads", "histogram", "sites"],
+                             "partial", "truncated", "reports_dropped", "process", "totals", "large", "threads", "histogram", "sites"],
           f"top-level keys {list(r.keys())}")
     check(r["schema"] == "lowtide-report" and r["schema_version"] == 1, "schema, schema_version")
     check(re.fullmatch(r"\d+\.\d+\.\d+", r["version"]) is not None, f"version {r['version']!r}")
@@ -51,6 +51,8 @@ def check_schema(r, pid=None):
     check(r["cutoff"] == DEFAULT_CUTOFF, f"cutoff {r['cutoff']} (LOWTIDE_CUTOFF's default is 128 KiB)")
     check(isinstance(r["uptime_s"], (int, float)) and r["uptime_s"] >= 0, "uptime_s")
     check(r["partial"] is False, "partial is false")
+    check(r["truncated"] is False, "truncated is false")
+    check(r["reports_dropped"] == 0, "no report dropped")
     check(list(r["process"].keys()) == ["peak_rss", "rss", "live_small", "live_large", "returned_to_os"],
           "process keys")
     check(r["process"]["peak_rss"] >= r["process"]["rss"] > 0, "peak_rss >= rss > 0")

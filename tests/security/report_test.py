@@ -1,0 +1,217 @@
+"""The security suite's report cases (docs/security.md, items 2-4 and 9):
+where the report may be written, what happens with fd 2 closed, out of
+memory at exit, and JSON that parses with a strict parser whatever bytes the
+command line, thread names or file names hold.
+
+    report_test.py CASE --lib LIB --prog REPORT_PROG
+"""
+import argparse
+import json
+import os
+import stat
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from lttest import check, clean_env, finish, run  # noqa: E402
+
+
+def strict_json(data, what):
+    """Parses bytes as a report the way a strict reader would: UTF-8 with no
+    invalid byte, then JSON. Returns the object, or None after a failed check."""
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as e:
+        check(False, f"{what}: not UTF-8 ({e})")
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        check(False, f"{what}: not JSON ({e})")
+        return None
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def case_predictable_tmp(a, tmp):
+    """A symlink planted at the temporary name the report used before (the
+    target's name + .tmp.<pid>) must not be followed: the victim is left as
+    it was, and the report is still written."""
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    target = os.path.join(tmp, "report.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target)
+    rc, out, err = run([a.prog, "plant", victim], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    check(read(victim) == b"precious\n", f"victim changed: {read(victim)[:80]!r}")
+    check(os.path.isfile(target) and not os.path.islink(target), "report is a regular file")
+    r = strict_json(read(target), "report") if os.path.isfile(target) else None
+    check(r is not None and r.get("schema") == "lowtide-report", "report parses")
+    check(stat.S_IMODE(os.stat(target).st_mode) == 0o600, f"mode {oct(os.stat(target).st_mode)} (want 0600)")
+    leftovers = [n for n in os.listdir(tmp) if n.startswith(".lowtide-")]
+    check(leftovers == [], f"temporary files left: {leftovers}")
+
+
+def case_sticky_symlink(a, tmp):
+    """In a sticky world-writable directory (like /tmp), a symlink at the
+    report's final name that belongs to another user is not followed (the
+    kernel's fs.protected_symlinks rule): here it points to a FIFO, which
+    must receive nothing; the report goes to stderr with a warning."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to make a symlink owned by another user")
+        sys.exit(77)
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    link = os.path.join(shared, "report.json")
+    os.symlink(fifo, link)
+    os.lchown(link, 65534, 65534)  # nobody
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=link)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    try:
+        got = os.read(reader, 1 << 20)
+    except BlockingIOError:
+        got = b""
+    os.close(reader)
+    check(got == b"", f"{len(got)} bytes went through another user's symlink into the FIFO")
+    check("symlink of another user" in err, f"a warning names the reason: {err[:300]!r}")
+    check('"schema": "lowtide-report"' in err, "the report went to stderr instead")
+    check(os.path.islink(link), "the other user's symlink is left alone")
+    # The same link owned by us is followed (the FIFO gets the report).
+    os.lchown(link, 0, 0)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    chunks = []
+    while True:
+        try:
+            c = os.read(reader, 1 << 20)
+        except BlockingIOError:
+            break
+        if not c:
+            break
+        chunks.append(c)
+    os.close(reader)
+    r = strict_json(b"".join(chunks), "report through our own link")
+    check(r is not None and r.get("schema") == "lowtide-report", "our own link is followed")
+
+
+def case_dangling_link(a, tmp):
+    """A symlink whose target does not exist (such as /dev/stderr with fd 2
+    closed, which points to /proc/self/fd/2) is never replaced by a file."""
+    link = os.path.join(tmp, "err")
+    os.symlink("/proc/self/fd/2", link)
+    env = clean_env(a.lib, LOWTIDE_STATS="text", LOWTIDE_STATS_FILE=link)
+    rc, out, err = run(["/bin/sh", "-c", f'exec "{a.prog}" names 2>&-'], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    check(os.path.islink(link) and os.readlink(link) == "/proc/self/fd/2", "the symlink is left as it was")
+    check([n for n in os.listdir(tmp) if n != "err"] == [], f"files made: {os.listdir(tmp)}")
+
+
+def case_closed_stderr(a, tmp, mode):
+    """With fd 2 closed or read-only, a report for stderr (by name, by
+    /dev/stderr, by malloc_stats, at exit) is dropped and counted; no file
+    appears anywhere; the count shows in a later report."""
+    path = os.path.join(tmp, "after.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="text", LOWTIDE_STATS_FILE="/dev/stderr")
+    before = os.lstat("/dev/stderr")
+    rc, out, err = run([a.prog, mode, path], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    lines = out.split()
+    check(lines[:2] == ["rc=-1", "errno=9"], f"stderr report by name fails with EBADF: {out!r}")
+    check(lines[2:4] == ["rc=-1", "errno=9"], f"/dev/stderr fails with EBADF: {out!r}")
+    check(lines[4:6] == ["rc=0", "errno=0"], f"the JSON report to a file works: {out!r}")
+    r = strict_json(read(path), "report") if os.path.exists(path) else None
+    check(r is not None and r.get("reports_dropped") == 3,
+          f"three reports counted as dropped: {None if r is None else r.get('reports_dropped')}")
+    after = os.lstat("/dev/stderr")
+    if not check(stat.S_ISLNK(after.st_mode) and after.st_ino == before.st_ino, "/dev/stderr untouched"):
+        # A broken build replaced it (as root, for every process on the
+        # machine): put it back before failing.
+        if not stat.S_ISLNK(after.st_mode) and os.geteuid() == 0:
+            os.unlink("/dev/stderr")
+            os.symlink("/proc/self/fd/2", "/dev/stderr")
+    check(sorted(os.listdir(tmp)) == ["after.json"], f"files made: {os.listdir(tmp)}")
+
+
+def case_json_bytes(a, tmp):
+    """Bytes that are not UTF-8 in argv and in thread names, and quotes,
+    backslashes and control characters, still give a report a strict parser
+    reads, with the valid parts unchanged."""
+    target = os.path.join(tmp, "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target)
+    argv = [a.prog.encode(), b"names", b"caf\xc3\xa9", b"\xff\xfe", b"\xc0\x80", b"\xed\xa0\x80", b'q"b\\\x01']
+    rc, out, err = run(argv, env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    r = strict_json(read(target), "report") if os.path.exists(target) else None
+    if r is None:
+        return
+    check("caf\u00e9" in r["command"], f"valid UTF-8 kept: {r['command']!r}")
+    check('q"b\\\x01' in r["command"], f"quote, backslash, control char kept: {r['command']!r}")
+    names = [t["name"] for t in r["threads"]]
+    check(any(n.startswith("m") for n in names) and any(n.startswith("w") for n in names), f"names {names}")
+
+
+def case_long_name(a, tmp):
+    """Report file names up to NAME_MAX (255 bytes) work: the temporary
+    name does not grow with the final one."""
+    for n in (246, 250, 255):
+        target = os.path.join(tmp, "r" * (n - 5) + ".json")
+        env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target)
+        rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+        check(rc == 0 and "cannot write" not in err, f"{n}-byte name: status {rc}, {err[:200]!r}")
+        check(os.path.isfile(target), f"{n}-byte name: report written")
+
+
+def case_oom(a, tmp):
+    """Out of memory at exit: the address space capped at what is mapped
+    and malloc used up. malloc_stats(), lowtide_write_report() and the exit
+    report all still write something; the process ends with its own status
+    (7), not abort's 134."""
+    path = os.path.join(tmp, "api.txt")
+    target = os.path.join(tmp, "exit.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=target)
+    rc, out, err = run([a.prog, "oom", path], env, 120)
+    check(rc == 7, f"exit status {rc} (want 7): {err[-500:]!r}")
+    check("blocks held:" in out, f"the program ran: {out!r}")
+    check("==== lowtide" in err, "malloc_stats() wrote its report to stderr")
+    check("rc=0" in out and os.path.exists(path), f"lowtide_write_report works: {out!r}")
+    if os.path.exists(path):
+        body = read(path)
+        check(body.startswith(b"==== lowtide"), "the text part is there")
+        j = body[body.find(b'{"schema"'):]
+        check(strict_json(j, "JSON part") is not None, "the JSON part parses (whole or marked truncated)")
+    r = strict_json(read(target), "exit report") if os.path.exists(target) else None
+    check(r is not None and r.get("schema") == "lowtide-report", "the exit report parses")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--prog", required=True)
+    a = ap.parse_args()
+    cases = {
+        "predictable_tmp": case_predictable_tmp,
+        "sticky_symlink": case_sticky_symlink,
+        "dangling_link": case_dangling_link,
+        "closed_stderr": lambda a, t: case_closed_stderr(a, t, "closed-stderr"),
+        "readonly_stderr": lambda a, t: case_closed_stderr(a, t, "readonly-stderr"),
+        "json_bytes": case_json_bytes,
+        "long_name": case_long_name,
+        "oom": case_oom,
+    }
+    with tempfile.TemporaryDirectory(prefix="lt-sec-") as tmp:
+        cases[a.case](a, tmp)
+    finish(a.case)
+
+
+if __name__ == "__main__":
+    main()
