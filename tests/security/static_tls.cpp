@@ -85,6 +85,16 @@ void churn() {
   }
 }
 
+// The thread names itself once it runs: wait for that (up to 60 s).
+bool decay_thread_appears() {
+  const double deadline = lt::now_seconds() + 60;
+  while (lt::now_seconds() < deadline) {
+    if (decay_thread_exists()) return true;
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
 // Waits (up to 60 s, far beyond the 500 ms decay period) for the cache to
 // empty; returns whether it did.
 bool cache_drains() {
@@ -176,7 +186,7 @@ int main() {
 
   // Case 1.
   churn();
-  expect(decay_thread_exists(), "a thread named lowtide-decay runs despite 1 MiB of static TLS");
+  expect(decay_thread_appears(), "a thread named lowtide-decay runs despite 1 MiB of static TLS");
   expect(cache_drains(), "the cache empties (blocks returned to the OS) within 60 s");
   use_tls();
   if (failures != 0) {
