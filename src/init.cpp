@@ -74,6 +74,11 @@ void init_once() {
   int saved = errno;
   g.pid = static_cast<int>(::getpid());
   bool secure = ::getauxval(AT_SECURE) != 0;
+  g.secure = secure;
+  // Before small::configure's first mi_malloc: from here on mimalloc never
+  // looks at MIMALLOC_* (see small_path.hpp for what an earlier start of
+  // mimalloc leaves behind).
+  if (secure) small::ignore_environment();
   load_config(&g.config, environ, secure, &warn_option);
   g.cutoff = g.config.get(Opt::cutoff);
   g.shrink_below = g.cutoff / 2;

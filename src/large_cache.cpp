@@ -1,11 +1,14 @@
 #include "large_cache.hpp"
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <csignal>
 #include <ctime>
 #include <pthread.h>
 
 #include "arena.hpp"
+#include "log.hpp"
 #include "platform.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -94,19 +97,64 @@ void* decay_main(void*) {
 // no extra thread), with every signal blocked so it never takes the host's
 // signals. Not from free(): glibc frees dlopen'ed modules' TLS blocks while
 // holding its stack-cache lock, which pthread_create takes too.
-void start_thread() {
-  if (!use_thread || thread_started.exchange(true)) return;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+//
+// Its stack: 64 KiB is plenty for decay_main, but glibc carves the static
+// TLS block (the executable's and initial-exec libraries' __thread data) out
+// of the requested stack and refuses (EINVAL) a stack it does not fit in.
+// glibc has no public way to ask for the static TLS size, so on EINVAL the
+// size doubles, up to 8 MiB, then glibc's default is tried. If no thread can
+// be created at all (EAGAIN from a thread limit, a seccomp filter, ...), the
+// cache stops keeping blocks (no_thread: put() refuses, so free returns them
+// as with LOWTIDE_CACHE=0) and gives back what it holds, warns once, and a
+// later large allocation tries again after a backoff (1 s, doubling up to
+// 64 s) rather than at every call.
+std::atomic<bool> no_thread{false};
+std::atomic<bool> warned_no_thread{false};
+std::atomic<std::uint64_t> retry_after_ns{0};
+std::atomic<unsigned> failed_starts{0};
+constexpr std::size_t kStackFirst = std::size_t{64} << 10;
+constexpr std::size_t kStackMax = std::size_t{8} << 20;
+constexpr unsigned kMaxBackoffShift = 6;  // 1 s << 6 = 64 s
+
+int create_thread(std::size_t stack) {  // stack 0: glibc's default size
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, std::size_t{64} * 1024);
+  if (stack != 0) pthread_attr_setstacksize(&attr, stack);
   pthread_t t;
-  if (pthread_create(&t, &attr, &decay_main, nullptr) != 0) thread_started.store(false);
+  int rc = pthread_create(&t, &attr, &decay_main, nullptr);
   pthread_attr_destroy(&attr);
+  return rc;
+}
+
+void start_thread() {
+  if (!use_thread) return;
+  std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
+  if (retry != 0 && now_ns() < retry) return;
+  if (thread_started.exchange(true)) return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = EINVAL;
+  for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
+  if (rc == EINVAL) rc = create_thread(0);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc == 0) {
+    no_thread.store(false, std::memory_order_relaxed);
+    return;
+  }
+  unsigned fails = failed_starts.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t backoff = std::uint64_t{1'000'000'000} << (fails < kMaxBackoffShift ? fails : kMaxBackoffShift);
+  retry_after_ns.store(now_ns() + backoff, std::memory_order_relaxed);
+  no_thread.store(true, std::memory_order_relaxed);
+  thread_started.store(false);
+  purge(true);
+  if (!warned_no_thread.exchange(true, std::memory_order_relaxed)) {
+    const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
+    log::warn("could not start the lowtide-decay thread (pthread_create: {}); freed large blocks are "
+              "returned to the OS at free until it starts (retried at large allocations, at most every 64 s)",
+              name != nullptr ? name : "error");
+  }
 }
 
 // Hand out the first `want` granules of entry i (all of it if it has no
@@ -170,7 +218,8 @@ void init() {
 
 bool put(std::uint32_t start, std::uint32_t n) {
   std::size_t len = std::size_t{n} << Arena::kGranuleShift;
-  if (len > cap) return false;
+  // No thread to return it later (see start_thread): return it now.
+  if (len > cap || no_thread.load(std::memory_order_relaxed)) return false;
   Entry evicted[kSlots + 1];
   int nev = 0;
   std::uint64_t now = now_ns();
@@ -252,13 +301,13 @@ std::size_t purge(bool all) {
   if (held_view.load(std::memory_order_relaxed) == 0) return 0;
   std::uint64_t now = now_ns();
   std::uint64_t max_age = decay_ns;
-  if (now - last_take_ns.load(std::memory_order_relaxed) < decay_ns) max_age = decay_ns * kBusyAgeFactor;
-  if (!all && now - oldest_ns.load(std::memory_order_relaxed) < max_age) return 0;
+  if (age_ns(now, last_take_ns.load(std::memory_order_relaxed)) < decay_ns) max_age = decay_ns * kBusyAgeFactor;
+  if (!all && age_ns(now, oldest_ns.load(std::memory_order_relaxed)) < max_age) return 0;
   Entry out[kSlots];
   int n = 0;
   pthread_mutex_lock(&mu);
   for (int i = 0; i < count;) {
-    if (all || now - entries[i].freed_ns >= max_age) {
+    if (all || age_ns(now, entries[i].freed_ns) >= max_age) {
       out[n++] = entries[i];
       remove_at(i);
     } else {

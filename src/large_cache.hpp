@@ -8,6 +8,12 @@
 
 namespace lowtide::cache {
 
+// How long ago `then` was, seen at `now` (both CLOCK_MONOTONIC ns). purge()
+// reads the clock before the times other threads store (oldest_ns,
+// last_take_ns, an entry put while it waited for the lock), so `then` can
+// be later than `now`: that is age 0, not a wrapped-around huge age.
+inline std::uint64_t age_ns(std::uint64_t now, std::uint64_t then) { return now > then ? now - then : 0; }
+
 // Try to keep the extent [start, start+n) (still "used" in the arena, pages
 // committed) instead of returning it. false: the caller returns it now.
 // Cached extents that touch are joined into one.

@@ -48,6 +48,14 @@ inline std::size_t usable_of_new(const void* p, std::size_t n) {
 // MIMALLOC_* variables still win, and the size-class check above.
 void configure();
 
+// A secure (AT_SECURE) process: set every mimalloc option to its default, so
+// mimalloc never reads a MIMALLOC_* variable from now on, and options it has
+// already read (when its constructor ran before lowtide's init) go back to
+// their defaults. Must run before lowtide's first mi_* call. What a
+// constructor that ran first has already done cannot be undone (see
+// docs/configuration.md, "Setuid programs").
+void ignore_environment();
+
 // True if mi_good_size matches the usable size of real blocks at sizes
 // spread over [16, limit] (every class boundary up to 1 KiB, then ~8 per
 // power of two).

@@ -25,6 +25,10 @@ struct Globals {
   std::size_t shrink_below = std::size_t{1} << 19;
   int pid = 0;
   bool large_disabled = false;  // no reservation could be made
+  // AT_SECURE (setuid, setgid, file capabilities): the environment is not
+  // trusted, so no LOWTIDE_* or MIMALLOC_* variable is obeyed and no report
+  // file may be written (report code tests this).
+  bool secure = false;
   bool hugepages = true;
   std::atomic<bool> warned_full{false};
   std::atomic<bool> warned_too_big{false};
