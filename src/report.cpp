@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <new>
-#include <sys/auxv.h>
 
 #include "large_cache.hpp"
 #include "log.hpp"
@@ -347,7 +346,7 @@ bool has_pid_pattern(const char* pattern) {
   return false;
 }
 
-bool secure_process() { return ::getauxval(AT_SECURE) != 0; }
+bool secure_process() { return g.secure; }
 
 int write_impl(const char* path, int format, const Context& ctx) {
   if (format == 0) format = format_from_config();
