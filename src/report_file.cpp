@@ -61,8 +61,9 @@ bool write_all(int fd, const char* p, std::size_t n) {
   return true;
 }
 
-// "%p" -> pid, "%%" -> "%", into out[kPathMax]. false when it does not fit.
-bool expand(const char* pattern, char* out) {
+}  // namespace
+
+bool expand_path(const char* pattern, char* out) {
   std::size_t n = 0;
   auto put = [&](const char* s, std::size_t len) {
     if (n + len >= kPathMax) return false;
@@ -86,6 +87,8 @@ bool expand(const char* pattern, char* out) {
   out[n] = '\0';
   return true;
 }
+
+namespace {
 
 // 64 unpredictable bits for a temporary name: getrandom(2), or, where it
 // is unavailable or would block, the clock, the pid and stack addresses
@@ -240,7 +243,7 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
     errno = ENOMEM;
     return failed(path, nullptr, body, n);
   }
-  if (!expand(path, pb->target)) {
+  if (!expand_path(path, pb->target)) {
     errno = ENAMETOOLONG;
     return failed(path, nullptr, body, n);
   }

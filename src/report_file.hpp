@@ -43,6 +43,10 @@ struct PathBuf {
 // errno set.
 int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb);
 
+// "%p" -> pid, "%%" -> "%" of pattern into out[kPathMax], NUL-terminated;
+// false (out unspecified) when the result would not fit.
+bool expand_path(const char* pattern, char* out);
+
 // Reports dropped because fd 2 was closed or not writable.
 std::uint64_t dropped();
 

@@ -1,5 +1,7 @@
 // libFuzzer target for the configuration parsers (src/parse.cpp,
-// src/options.cpp), built with clang and ASan+UBSan by scripts/fuzz.
+// src/options.cpp) and for what the report makes of untrusted bytes
+// (src/report_out.cpp, src/report_file.cpp), built with clang and ASan+UBSan
+// by scripts/fuzz.
 //
 // The input is a list of lines. Each line's first byte picks a LOWTIDE_*
 // option and the rest is its value; every value also goes through
@@ -10,17 +12,27 @@
 //     accepts prints back (format_size) to the same value;
 //   - load_config gives every option a value in its documented range, text
 //     values NUL-terminated and shorter than kTextMax, and warns at most once
-//     per rejected line.
+//     per rejected line;
+//   - every value, as a report path, expands (%p, %%) within kPathMax or is
+//     refused, and the expansion is exactly what the pattern says;
+//   - every value, as JSON (a command line or thread name in a report), is
+//     one well-formed JSON string that is valid UTF-8, and decodes back to
+//     the value when the value was valid UTF-8 already.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "options.hpp"
 #include "parse.hpp"
+#include "report_file.hpp"
+#include "report_out.hpp"
 
 using namespace lowtide;
 
@@ -50,6 +62,107 @@ void check_size(const char* s) {
   if (parse_size(squeezed.c_str(), &back) != ParseStatus::ok || back != v) broken("format_size does not read back");
 }
 
+// The expansion, computed the obvious way.
+void check_path(const std::string& pattern) {
+  static char out[report::kPathMax];
+  std::string want;
+  const std::string pid = std::to_string(getpid());
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
+      want += pid;
+      ++i;
+    } else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == '%') {
+      want += '%';
+      ++i;
+    } else {
+      want += pattern[i];
+    }
+  }
+  const bool ok = report::expand_path(pattern.c_str(), out);
+  if (ok != (want.size() < report::kPathMax)) broken("expand_path refuses what fits, or accepts what does not");
+  if (ok && want != out) broken("expand_path expands wrongly");
+}
+
+// Length of the well-formed UTF-8 sequence at s, or 0 (a second,
+// independent reading of RFC 3629 to check the report's).
+std::size_t utf8_len(const unsigned char* s, std::size_t left) {
+  std::uint32_t cp;
+  std::size_t n;
+  if (s[0] < 0x80) return 1;
+  if ((s[0] & 0xe0) == 0xc0) n = 2, cp = s[0] & 0x1f;
+  else if ((s[0] & 0xf0) == 0xe0) n = 3, cp = s[0] & 0x0f;
+  else if ((s[0] & 0xf8) == 0xf0) n = 4, cp = s[0] & 0x07;
+  else return 0;
+  if (left < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+bool valid_utf8(const std::string& v) {
+  const auto* s = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t k = utf8_len(s + i, v.size() - i);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
+}
+
+void put_utf8(std::string* out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xc0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    *out += static_cast<char>(0xe0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    *out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+void check_json(const std::string& v) {
+  static char buf[1 << 16];
+  report::Out o(buf, sizeof buf);
+  o.json_string(v.data(), v.size());
+  if (o.full()) return;  // cut at a line: the report rewrites such JSON as truncated
+  const std::string j(o.data(), o.size());
+  if (!valid_utf8(j)) broken("json_string wrote invalid UTF-8");
+  if (j.size() < 2 || j.front() != '"' || j.back() != '"') broken("json_string is not one quoted string");
+  std::string decoded;
+  for (std::size_t i = 1; i + 1 < j.size(); ++i) {
+    const auto c = static_cast<unsigned char>(j[i]);
+    if (c < 0x20 || c == '"') broken("json_string left a control character or quote raw");
+    if (c != '\\') {
+      decoded += j[i];
+      continue;
+    }
+    if (i + 2 >= j.size()) broken("json_string ends in an escape");
+    const char e = j[++i];
+    if (e == '"' || e == '\\') {
+      decoded += e;
+    } else if (e == 'u') {
+      if (i + 5 >= j.size()) broken("short \\u escape");
+      std::uint32_t cp = 0;
+      for (int k = 0; k < 4; ++k) {
+        const char h = j[++i];
+        if (!std::isxdigit(static_cast<unsigned char>(h))) broken("bad \\u escape");
+        cp = cp * 16 + static_cast<std::uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+      }
+      if (cp >= 0xd800 && cp <= 0xdfff) broken("json_string escaped a surrogate");
+      put_utf8(&decoded, cp);
+    } else {
+      broken("json_string wrote an unknown escape");
+    }
+  }
+  if (valid_utf8(v) && decoded != v) broken("valid UTF-8 does not decode back to itself");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -67,6 +180,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string value = line.substr(1);
     value = value.substr(0, std::strlen(value.c_str()));  // an environment string ends at its first NUL
     check_size(value.c_str());
+    check_path(value);
+    check_json(line.substr(1));  // all bytes, NULs too
     const OptionSpec& o = kOptions[which];
     if (o.kind == OptKind::choice) {
       const int i = parse_choice(value.c_str(), o.choices, o.nchoices);
