@@ -61,6 +61,10 @@ void Arena::remove_free(std::uint32_t s) {
 std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g) {
   if (n == 0 || n > granules_ || skew_g >= n) return kNone;
   if (align_g == 0) align_g = 1;
+  // No extent is aligned to more than the whole range; refusing here also
+  // keeps the arithmetic below far from wrapping (addresses < 2^57, an
+  // alignment < 2^48).
+  if (align_g > granules_) return kNone;
   lock();
   for (int b = bin_of(n); b < kBins; ++b) {
     for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {

@@ -39,11 +39,27 @@ Result refusal(pal::Commit c) { return c == pal::Commit::over_limit ? Result::no
 
 }  // namespace
 
+// Could the range, were it empty, hold an extent of `bytes` whose user
+// pointer, `off` into it, is aligned to `align`? The first such pointer is
+// the first aligned address at least `off` past the range's start.
+bool can_place(const Arena& a, std::size_t bytes, std::size_t off, std::size_t align) {
+  const auto start = reinterpret_cast<std::uintptr_t>(a.addr(0));
+  std::uintptr_t lowest;
+  if (__builtin_add_overflow(start, off + align - 1, &lowest)) return false;
+  const std::uintptr_t user = lowest & ~(std::uintptr_t{align} - 1);
+  return user - off - start <= a.size() - bytes;
+}
+
 Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
   Arena& a = g.arena;
   if (!a.ready()) return Result::no_room;
   std::size_t off = user_offset(align);
   if (size > a.size() - off) return Result::no_room;
+  // An alignment no place in the range meets is refused before the cache
+  // is touched: no cache purge, no warning that the range is full. This
+  // also keeps align / G below 2^32 (the range is at most 2^30 granules)
+  // for the 32-bit alignment below.
+  if (!can_place(a, round_up(off + (size == 0 ? 1 : size), G), off, align)) return Result::no_alignment;
   // At least one byte past the user pointer, so even a zero-size block's
   // pointer lies inside its own extent (its live-table slot is its own).
   std::size_t bytes = round_up(off + (size == 0 ? 1 : size), G);
@@ -138,11 +154,6 @@ std::size_t usable(const void* p, const char* what) {
   return (std::size_t{a.used_length(s)} << Arena::kGranuleShift) - off;
 }
 
-std::size_t requested(const void* p) {
-  const BlockHeader* h = static_cast<const BlockHeader*>(p) - 1;
-  return h->requested;
-}
-
 Result resize(void* p, std::size_t size, void** out) {
   Arena& a = g.arena;
   std::uint32_t s = a.lookup(p);
@@ -195,6 +206,7 @@ Result resize(void* p, std::size_t size, void** out) {
   // block cut from a cached one has its rest there): no syscall, no fault.
   if (cache::take_at(s + n, need - n)) {
     a.join(s, n, need);
+    if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
     h->length = bytes;
     h->requested = size;
     account(stats::kLargeInPlace);
@@ -205,7 +217,10 @@ Result resize(void* p, std::size_t size, void** out) {
   // Grow in place by carving the adjacent free extent: no copy, no move.
   if (a.grow(s, n, need)) {
     if (pal::commit(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift) == pal::Commit::ok) {
-      if (wants_huge(bytes)) pal::advise_hugepage(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift);
+      // The whole block, not only the new tail: a head advised differently
+      // (it was under 2 MiB) would be a mapping of its own, which mremap
+      // may refuse to move and which gets no huge pages.
+      if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
       h->requested = size;
@@ -245,19 +260,20 @@ Result resize(void* p, std::size_t size, void** out) {
       a.release(ns, need);
       return refusal(c);
     }
-    if (wants_huge(bytes)) pal::advise_hugepage(nbase + old_bytes, bytes - old_bytes);
   }
   bool moved = pal::move_pages(base, old_bytes, nbase);
   if (!moved) {
     // mremap refused (an old kernel, or the block spans several VMAs since
-    // someone madvised part of it): copy what the user asked for.
+    // someone madvised part of it): copy all the old block's usable bytes,
+    // which the program may have written (glibc keeps them too).
     if (pal::Commit c = warm ? pal::Commit::ok : pal::commit(nbase, old_bytes); c != pal::Commit::ok) {
       // Only the tail was committed; the head's pages are still dropped.
       pal::decommit(nbase + old_bytes, bytes - old_bytes);
       a.release(ns, need);
       return refusal(c);
     }
-    std::size_t keep = h->requested < old_bytes - off ? h->requested : old_bytes - off;
+    // The new block is larger than the old one's usable size (need > n).
+    const std::size_t keep = old_bytes - off;
     std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
     std::memcpy(nbase + off, p, keep);
     stats::add(st, stats::kLargeCopyBytes, keep);
@@ -265,6 +281,12 @@ Result resize(void* p, std::size_t size, void** out) {
   } else {
     stats::add(st, stats::kLargeRemapBytes, old_bytes);
   }
+  // Advised once the head is in: moved pages keep their old mapping's
+  // flags, and a head that was under 2 MiB would otherwise get no huge
+  // pages. (A moved head stays a mapping of its own all the same: the
+  // kernel does not merge anonymous memory that mremap moved with memory
+  // mapped where it landed.)
+  if (wants_huge(bytes)) pal::advise_hugepage(nbase, bytes);
   void* user = nbase + off;
   BlockHeader* nh = header_of(user);
   h = nh;  // the old pages are gone (moved, or about to be): account on the copy

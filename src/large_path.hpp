@@ -10,8 +10,11 @@ namespace lowtide::large {
 // no_memory: out of memory (ENOMEM), by the kernel's overcommit check.
 // no_room: the reserved range cannot take the block; no_mapping: the kernel
 // would not map it now (vm.max_map_count, RLIMIT_DATA, an mlock limit). On
-// both the caller may fall back to mimalloc.
-enum class Result { ok, no_memory, no_room, no_mapping };
+// both the caller may fall back to mimalloc. no_alignment: no place in the
+// range, however empty, is aligned as asked (the alignment is about as large
+// as the range); decided before anything is touched, so the caller may hand
+// the request on without a warning about the range.
+enum class Result { ok, no_memory, no_room, no_mapping, no_alignment };
 
 // A fresh zeroed block of `size` bytes whose user pointer is aligned to
 // `align` (a power of two >= 16).
@@ -28,8 +31,5 @@ Result resize(void* p, std::size_t size, void** out);
 
 // Bytes usable at p; aborts on an invalid pointer.
 std::size_t usable(const void* p, const char* what);
-
-// Bytes the user asked for (from the header; used to bound copies).
-std::size_t requested(const void* p);
 
 }  // namespace lowtide::large
