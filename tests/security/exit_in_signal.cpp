@@ -10,6 +10,11 @@
 // allocations and frees, which take the cache and arena locks, until an
 // interval timer's SIGALRM lands; the handler calls _exit(kStatus). The
 // parent bounds every wait and fails on a hang.
+//
+// A second set of children leaves by exit() while two other threads keep
+// allocating, freeing and growing large blocks: the exit-time report runs
+// while those threads take and release the same locks, and must neither
+// wait for them nor stop them.
 #include <pthread.h>
 #include <sys/time.h>
 
@@ -22,6 +27,7 @@
 namespace {
 
 constexpr int kChildren = 24;
+constexpr int kRacers = 8;
 constexpr int kThreads = 300;
 constexpr int kStatus = 42;
 
@@ -59,21 +65,45 @@ void* touch(void*) {
   }
 }
 
+void* churn(void*) {
+  void* held[4] = {};
+  for (unsigned long k = 0;; ++k) {
+    unsigned slot = k % 4;
+    free(held[slot]);
+    held[slot] = malloc(lt::opaque(std::size_t{150} << 10) << (k % 5));
+    void* r = realloc(malloc(300 << 10), lt::opaque(std::size_t{700} << 10));
+    free(r);
+  }
+  return nullptr;
+}
+
+[[noreturn]] void racer(int i) {
+  for (int t = 0; t < 2; ++t) {
+    pthread_t th;
+    CHECK(pthread_create(&th, nullptr, churn, nullptr) == 0);
+  }
+  usleep(static_cast<useconds_t>(3000 + 1000 * i));
+  std::exit(kStatus);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "--child") == 0) child(std::atoi(argv[2]));
+  if (argc > 2 && std::strcmp(argv[1], "--racer") == 0) racer(std::atoi(argv[2]));
   const char* dir = argc > 1 ? argv[1] : nullptr;
   CHECK(dir != nullptr, "usage: exit_in_signal DIR");
   int ok = 0, hung = 0;
-  for (int i = 0; i < kChildren; ++i) {
+  for (int i = 0; i < kChildren + kRacers; ++i) {
+    const bool race = i >= kChildren;
     std::string file = std::string(dir) + "/report." + std::to_string(i) + ".json";
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
       setenv("LOWTIDE_STATS", "json", 1);
       setenv("LOWTIDE_STATS_FILE", file.c_str(), 1);
-      execl("/proc/self/exe", argv[0], "--child", std::to_string(i).c_str(), static_cast<char*>(nullptr));
+      execl("/proc/self/exe", argv[0], race ? "--racer" : "--child", std::to_string(i).c_str(),
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     int status = 0;
@@ -102,7 +132,8 @@ int main(int argc, char** argv) {
     }
     ++ok;
   }
-  std::printf("%d of %d children exited with their own status and reported; %d hung\n", ok, kChildren, hung);
-  CHECK(ok == kChildren);
+  std::printf("%d of %d children exited with their own status and reported; %d hung\n", ok, kChildren + kRacers,
+              hung);
+  CHECK(ok == kChildren + kRacers);
   return 0;
 }
