@@ -31,7 +31,8 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
      "Exit-time report: off/0, on/1/text, json, or both (text then JSON)."},
     {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0,
      "Where the report goes; %p becomes the pid, %% a percent sign. Written "
-     "atomically (temporary file, then rename)."},
+     "atomically (an exclusive temporary file with an unpredictable name, then "
+     "rename); never a file in a setuid/setgid process."},
     {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0,
      "Freed large blocks kept committed for reuse, at most this many bytes; 0 "
      "returns every large block to the OS at free."},

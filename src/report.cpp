@@ -76,7 +76,7 @@ struct Data {
   ThreadRow* rows = nullptr;
   std::size_t nrows = 0;
   stats::Snapshot snap{};
-  char command[4096];
+  char command[8192];
   std::size_t command_len = 0;
   char status[4096];
   std::uint64_t peak_rss = 0, rss = 0;
