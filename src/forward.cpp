@@ -1,9 +1,9 @@
 #include "forward.hpp"
 
 #include <dlfcn.h>
-#include <mimalloc.h>
 #include <stdlib.h>
 
+#include "small_path.hpp"
 #include "state.hpp"
 
 namespace lowtide::forward {
@@ -45,7 +45,7 @@ bool detect() {
   }
   g.mode.store(ok ? kForwarding : kReady, std::memory_order_release);
   if (p != nullptr) {
-    if (ours) mi_free(p);  // a small block: ours went straight to mimalloc
+    if (ours) small::release(p);  // a small block: ours went straight to mimalloc
     else winner.free != nullptr ? winner.free(p) : (void)0;
   }
   return ok;

@@ -16,9 +16,25 @@ inline void* allocate_zeroed(std::size_t n) { return mi_zalloc(small_request(n))
 inline void* allocate_aligned(std::size_t n, std::size_t align) {
   return align <= kMinAlign ? allocate(n) : mi_malloc_aligned_at(small_request(n), align, 0);
 }
+inline void* allocate_zeroed_aligned(std::size_t n, std::size_t align) {
+  return align <= kMinAlign ? allocate_zeroed(n) : mi_zalloc_aligned_at(small_request(n), align, 0);
+}
 inline void* reallocate(void* p, std::size_t n) { return mi_realloc(p, small_request(n)); }
 inline void release(void* p) { mi_free(p); }
 inline std::size_t usable(const void* p) { return mi_usable_size(p); }
+// The usable size malloc(n) would give.
+inline std::size_t good_size(std::size_t n) { return mi_good_size(small_request(n)); }
+// Was p made by mimalloc? Used only in forwarding mode, to send each pointer
+// to the allocator that made it. (mimalloc 2.0.9 knows only addresses below
+// 20 TiB here; see docs/reliability.md.)
+inline bool owns(const void* p) { return mi_is_in_heap_region(p); }
+// Give back what mimalloc keeps for reuse (this thread's freed pages).
+inline void collect() { mi_collect(true); }
+// Bytes mimalloc has committed, now and at its peak.
+inline void committed(std::size_t* now, std::size_t* peak) {
+  std::size_t elapsed, user, sys, rss, peak_rss, faults;
+  mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, now, peak, &faults);
+}
 
 // Up to this request size a fresh mi_malloc block's usable size is its size
 // class, which mi_good_size computes without reading the block's page

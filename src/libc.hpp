@@ -1,7 +1,9 @@
-// The semantics layer: glibc 2.36's contract for each entry point (errno,
-// overflow, alignment rules), routing between the small and large paths, and
-// forwarding when lowtide is not the process's allocator. exports.cpp only
-// forwards to these.
+// The C semantics of every entry point, in one place (snmalloc's
+// global/libc.h): glibc 2.36's contract for each (errno, overflow,
+// alignment rules, realloc's special cases, the new_handler loop) and
+// forwarding when lowtide is not the process's allocator. Below it,
+// route.hpp decides which path serves a request. exports.cpp only forwards
+// to these, one line each.
 #pragma once
 #include <cerrno>
 #include <cstddef>
@@ -12,7 +14,7 @@
 #include "state.hpp"
 #include "stats.hpp"
 
-namespace lowtide::api {
+namespace lowtide::libc {
 
 // Everything but the common case: not yet initialised, forwarding, large,
 // out of memory, and (for free) large blocks.
@@ -84,13 +86,21 @@ void* pvalloc(std::size_t n);
 std::size_t usable_size(const void* p);
 std::size_t good_size(std::size_t n);
 
+// BSD's reallocf: frees p when the resize fails.
+void* reallocf(void* p, std::size_t n);
+// NetBSD's reallocarr: 0 or an errno value; *pp untouched on failure.
+int reallocarr(void* pp, std::size_t n, std::size_t size);
 int mallopt(int param, int value);
 int trim(std::size_t pad);
 struct mallinfo2 info();
+// The old mallinfo: int fields, saturated instead of wrapped past 2 GiB.
+struct mallinfo info_int();
+// _exit and _Exit: the exit-time report, then exit_group.
+[[noreturn]] void exit_now(int status);
 void print_stats();
 int print_info(int options, FILE* fp);
 
 int get_stats(struct ::lowtide_stats* out);
 std::size_t release_now();
 
-}  // namespace lowtide::api
+}  // namespace lowtide::libc

@@ -1,0 +1,345 @@
+#include "libc.hpp"
+
+#include <cerrno>
+#include <climits>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "forward.hpp"
+#include "init.hpp"
+#include "large_cache.hpp"
+#include "large_path.hpp"
+#include "route.hpp"
+#include "log.hpp"
+#include "parse.hpp"
+#include "platform.hpp"
+#include "size_math.hpp"
+#include "small_path.hpp"
+#include "report.hpp"
+#include "stats.hpp"
+
+namespace lowtide::libc {
+
+namespace {
+
+#define LT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// --- forwarding mode: lowtide lost the symbol race --------------------------
+
+// A pointer the winner made (not one of ours from before the race was known).
+bool winners(const void* p) { return !g.arena.contains(p) && !small::owns(p); }
+
+void* fwd_realloc(void* p, std::size_t n) {
+  if (p == nullptr || winners(p)) return forward::winner.realloc(p, n);
+  std::size_t old = g.arena.contains(p) ? large::usable(p, "realloc()") : small::usable(p);
+  if (n == 0) {
+    free(p);
+    return nullptr;
+  }
+  void* q = forward::winner.malloc(n);
+  if (q == nullptr) return nullptr;
+  std::memcpy(q, p, old < n ? old : n);
+  free(p);
+  return q;
+}
+
+}  // namespace
+
+void* malloc_slow(std::size_t n) {
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
+  return route::allocate(n, kMinAlign, Origin::malloc, stats::kMallocCalls, false);
+}
+
+void free_slow(void* p) {
+  int* err = &errno;  // one __errno_location call, not two
+  int saved = *err;
+  if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && winners(p)) {
+    forward::winner.free(p);
+  } else {
+    stats::add(stats::slot(), stats::kFreeCalls, 1);
+    route::release(p, "free()");
+  }
+  *err = saved;
+}
+
+void* calloc(std::size_t n, std::size_t size) {
+  std::size_t total;
+  if (!checked_mul(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.calloc(n, size);
+  return route::allocate(total, kMinAlign, Origin::calloc, stats::kCallocCalls, true);
+}
+
+void* realloc(void* p, std::size_t n) {
+  if (p == nullptr) {
+    if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
+    return route::allocate(n, kMinAlign, Origin::realloc, stats::kReallocCalls, false);
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return fwd_realloc(p, n);
+  if (n == 0) {  // glibc: frees, returns NULL, errno unchanged
+    int saved = errno;
+    stats::count_request(stats::slot(), stats::kReallocCalls, 0);
+    route::release(p, "realloc()");
+    errno = saved;
+    return nullptr;
+  }
+  if (n > kMaxRequest) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  stats::Slot* st = stats::slot();
+  stats::count_request(st, stats::kReallocCalls, n);
+  return route::resize(p, n, st);
+}
+
+void* reallocarray(void* p, std::size_t n, std::size_t size) {
+  std::size_t total;
+  if (!checked_mul(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(p, total);
+}
+
+void* memalign(std::size_t align, std::size_t n) {
+  // glibc: an alignment above SIZE_MAX/2+1 cannot be rounded up to a power
+  // of two: EINVAL.
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.memalign(align, n);
+  return route::allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
+}
+
+int posix_memalign(void** out, std::size_t align, std::size_t n) {
+  if (align % sizeof(void*) != 0 || !is_pow2(align / sizeof(void*))) return EINVAL;
+  if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.posix_memalign(out, align, n);
+  int saved = errno;
+  void* p = route::allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+void* valloc(std::size_t n) { return memalign(pal::kPageSize, n); }
+
+void* pvalloc(std::size_t n) {
+  std::size_t rounded;
+  if (__builtin_add_overflow(n, pal::kPageSize - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded &= ~(pal::kPageSize - 1);
+  if (rounded == 0) rounded = pal::kPageSize;
+  return memalign(pal::kPageSize, rounded);
+}
+
+std::size_t usable_size(const void* p) {
+  if (p == nullptr) return 0;
+  if (g.arena.contains(p)) return large::usable(p, "malloc_usable_size()");
+  if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !small::owns(p))
+    return forward::winner.usable(const_cast<void*>(p));
+  return small::usable(p);
+}
+
+std::size_t good_size(std::size_t n) {
+  if (n > kMaxRequest) return n;
+  if (n < g.cutoff) return small::good_size(n);
+  std::size_t hdr = sizeof(BlockHeader);
+  if (n > kMaxRequest - Arena::kGranule) return n;
+  return round_up(n + hdr, Arena::kGranule) - hdr;
+}
+
+void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
+  for (;;) {
+    void* p;
+    if (LT_UNLIKELY(mode() == kForwarding)) p = align == 0 ? forward::winner.malloc(n) : memalign(align, n);
+    else if (align == 0) p = route::allocate(n, kMinAlign, Origin::new_op, stats::kMallocCalls, false);
+    else if (align > SIZE_MAX / 2 + 1) p = nullptr;
+    else p = route::allocate(n, effective_alignment(align), Origin::new_op, stats::kAlignedCalls, false);
+    if (LT_LIKELY(p != nullptr)) return p;
+    std::new_handler h = std::get_new_handler();
+    if (h == nullptr) {
+      if (nothrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    if (nothrow) {
+      try {
+        h();
+      } catch (...) {
+        return nullptr;
+      }
+    } else {
+      h();
+    }
+  }
+}
+
+void* reallocf(void* p, std::size_t n) {
+  // realloc(p, 0) has already freed it.
+  void* q = realloc(p, n);
+  if (q == nullptr && p != nullptr && n != 0) free(p);
+  return q;
+}
+
+int reallocarr(void* pp, std::size_t n, std::size_t size) {
+  if (pp == nullptr) return EINVAL;
+  void** slot = static_cast<void**>(pp);
+  int saved = errno;
+  if (n == 0 || size == 0) {
+    free(*slot);
+    *slot = nullptr;
+    return 0;
+  }
+  void* q = reallocarray(*slot, n, size);
+  if (q == nullptr) {
+    int e = errno;
+    errno = saved;
+    return e;
+  }
+  *slot = q;
+  return 0;
+}
+
+int mallopt(int param, int value) {
+  if (mode() == kForwarding && forward::winner.mallopt != nullptr)
+    return forward::winner.mallopt(param, value);
+  // glibc's tunables (arenas, mmap threshold, trim threshold) have no meaning
+  // here; accept them so callers that check the result carry on.
+  return 1;
+}
+
+int trim(std::size_t pad) {
+  if (mode() == kForwarding) return forward::winner.trim != nullptr ? forward::winner.trim(pad) : 0;
+  // Large blocks are already given back at free. What can still be given
+  // back is mimalloc's: pages freed but kept for reuse, on this thread.
+  std::size_t before = pal::rss_bytes();
+  std::size_t cached = cache::purge(true);
+  small::collect();
+  std::size_t after = pal::rss_bytes();
+  return (cached != 0 || after < before) ? 1 : 0;
+}
+
+struct mallinfo2 info() {
+  struct mallinfo2 m;
+  std::memset(&m, 0, sizeof m);
+  std::size_t commit = 0, peak_commit = 0;
+  small::committed(&commit, &peak_commit);
+  m.arena = commit;  // bytes mimalloc has committed for small blocks
+  m.hblks = g.large_blocks.load(std::memory_order_relaxed);
+  m.hblkhd = g.large_mapped.load(std::memory_order_relaxed);
+  m.uordblks = m.hblkhd;
+  m.usmblks = peak_commit;
+  return m;
+}
+
+struct mallinfo info_int() {
+  struct mallinfo2 m2 = info();
+  auto sat = [](std::size_t v) { return v > static_cast<std::size_t>(INT_MAX) ? INT_MAX : static_cast<int>(v); };
+  struct mallinfo m;
+  m.arena = sat(m2.arena);
+  m.ordblks = sat(m2.ordblks);
+  m.smblks = sat(m2.smblks);
+  m.hblks = sat(m2.hblks);
+  m.hblkhd = sat(m2.hblkhd);
+  m.usmblks = sat(m2.usmblks);
+  m.fsmblks = sat(m2.fsmblks);
+  m.uordblks = sat(m2.uordblks);
+  m.fordblks = sat(m2.fordblks);
+  m.keepcost = sat(m2.keepcost);
+  return m;
+}
+
+void exit_now(int status) {
+  // A process that leaves through _exit (a forked multiprocessing worker's
+  // os._exit) runs no destructors: report first, then leave.
+  report::at_exit(true);
+  for (;;) syscall(SYS_exit_group, status);
+}
+
+void print_stats() { report::write("stderr", report::kText); }
+
+int print_info(int options, FILE* fp) {
+  if (options != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  struct mallinfo2 m = info();
+  std::fprintf(fp,
+               "<malloc version=\"lowtide-" LOWTIDE_VERSION "\">\n"
+               "<total type=\"small\" committed=\"%zu\"/>\n"
+               "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+               "</malloc>\n",
+               m.arena, m.hblks, m.hblkhd);
+  return 0;
+}
+
+int get_stats(struct ::lowtide_stats* out) {
+  if (out == nullptr || out->size < sizeof(std::size_t) + sizeof(std::uint64_t)) {
+    errno = EINVAL;
+    return -1;
+  }
+  // Totals only: no per-thread rows. Allocating room for them here showed
+  // up in the very counts this returns (and could throw under memory
+  // exhaustion, out of a C function).
+  stats::Snapshot snap{};
+  snap.rows = nullptr;
+  snap.cap = 0;
+  stats::snapshot(&snap, false);
+  const std::uint64_t* c = snap.total.c;
+  struct ::lowtide_stats s;
+  std::memset(&s, 0, sizeof s);
+  s.malloc_calls = c[stats::kMallocCalls];
+  s.calloc_calls = c[stats::kCallocCalls];
+  s.realloc_calls = c[stats::kReallocCalls];
+  s.aligned_calls = c[stats::kAlignedCalls];
+  s.free_calls = c[stats::kFreeCalls];
+  s.small_requested = c[stats::kSmallRequested];
+  s.small_out = c[stats::kSmallOut];
+  s.small_freed = c[stats::kSmallFreed];
+  s.large_requested = c[stats::kLargeRequested];
+  s.large_out = c[stats::kLargeOut];
+  s.large_freed = c[stats::kLargeFreed];
+  s.large_maps = c[stats::kLargeMaps];
+  s.large_unmaps = c[stats::kLargeUnmaps];
+  s.large_in_place = c[stats::kLargeInPlace];
+  s.large_remaps = c[stats::kLargeRemaps];
+  s.large_remap_bytes = c[stats::kLargeRemapBytes];
+  s.large_copies = c[stats::kLargeCopies];
+  s.large_copy_bytes = c[stats::kLargeCopyBytes];
+  s.large_returned_bytes = c[stats::kLargeReturnedBytes];
+  s.cross_up = c[stats::kCrossUp];
+  s.cross_down = c[stats::kCrossDown];
+  s.large_fallback = c[stats::kLargeFallback];
+  s.large_live = snap.large_live;
+  s.large_peak_live = snap.large_peak;
+  s.threads = snap.threads_seen;
+  s.large_reused = c[stats::kLargeReused];
+  s.large_cached_frees = c[stats::kLargeCachedFrees];
+  s.large_cached_bytes = cache::cached_bytes();
+  std::size_t n = out->size < sizeof s ? out->size : sizeof s;
+  std::size_t keep = out->size;
+  std::memcpy(out, &s, n);
+  out->size = keep;
+  return 0;
+}
+
+std::size_t release_now() {
+  std::size_t before = pal::rss_bytes();
+  cache::purge(true);
+  small::collect();
+  std::size_t after = pal::rss_bytes();
+  return after < before ? before - after : 0;
+}
+
+}  // namespace lowtide::libc
