@@ -32,14 +32,15 @@ namespace {
 
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {
   // The warning is one line of at most 512 bytes: a long value is cut short
-  // here, so the reason and the default used always fit.
+  // here, so the reason, the valid range and the default used always fit.
   constexpr std::size_t kShown = 80;
+  char valid[160] = "";
+  if (const OptionSpec* spec = find_option(env)) describe_valid(*spec, valid, sizeof valid);
   std::size_t n = 0;
   while (n <= kShown && value[n] != '\0') ++n;
-  if (n > kShown)
-    log::warn("{}='{}...' {}; using the default {}", env, fmt::string_view(value, kShown), reason, def);
-  else
-    log::warn("{}='{}' {}; using the default {}", env, value, reason, def);
+  const bool cut = n > kShown;
+  log::warn("{}='{}{}' {} (valid: {}); using the default {}", env, fmt::string_view(value, cut ? kShown : n),
+            cut ? "..." : "", reason, valid, def);
 }
 
 // fork: the child must find the arena lock free and its own pid. mimalloc

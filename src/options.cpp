@@ -19,39 +19,17 @@ StatsMode stats_mode(std::uint64_t i) {
 }
 
 const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
-    {"LOWTIDE_CUTOFF", OptKind::size, "128KiB", 4096, std::uint64_t{1} << 40, nullptr, 0,
-     "Blocks of at least this size take the large path (own mapping, pages "
-     "returned to the OS at free); smaller ones go to mimalloc."},
+    {"LOWTIDE_CUTOFF", OptKind::size, "128KiB", 4096, std::uint64_t{1} << 40, nullptr, 0, "size"},
     {"LOWTIDE_RESERVE", OptKind::size, "1TiB", std::uint64_t{64} << 20, std::uint64_t{64} << 40,
-     nullptr, 0,
-     "Address space reserved at start-up for large blocks (PROT_NONE, no memory "
-     "committed). Halved until it fits under ulimit -v; when it cannot be had "
-     "or fills up, large blocks go to mimalloc."},
-    {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 7,
-     "Exit-time report: off/0, on/1/text, json, or both (text then JSON)."},
-    {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0,
-     "Where the report goes; %p becomes the pid, %% a percent sign. Written "
-     "atomically (an exclusive temporary file with an unpredictable name, then "
-     "rename); never a file in a setuid/setgid process."},
-    {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0,
-     "Freed large blocks kept committed for reuse, at most this many bytes; 0 "
-     "returns every large block to the OS at free."},
-    {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0,
-     "A cached block not reused for this many milliseconds is returned to the OS "
-     "(up to 4x as long while the cache is still being drawn from)."},
-    {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2,
-     "on: a helper thread (started at the first large allocation, signals blocked) "
-     "returns decayed blocks while the process is quiet; off: only later "
-     "allocator calls do."},
-    {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2,
-     "on: large blocks of 2 MiB and more are 2 MiB-aligned and "
-     "madvise(MADV_HUGEPAGE)d, so they fault in huge pages where the kernel allows."},
-    {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0,
-     "Call sites of large blocks: 0 = off; N = record stacks (libunwind, loaded at "
-     "start-up) and show the top N sites in the report."},
-    {"LOWTIDE_SITE_SAMPLE", OptKind::size, "2MiB", 0, std::uint64_t{1} << 30, nullptr, 0,
-     "With LOWTIDE_SITES: mean bytes of large allocations between two stack captures "
-     "(Poisson sampling, figures scaled); 0 = capture every large block."},
+     nullptr, 0, "size"},
+    {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 7, "choice"},
+    {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0, "path"},
+    {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0, "size"},
+    {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0, "milliseconds"},
+    {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0, "count"},
+    {"LOWTIDE_SITE_SAMPLE", OptKind::size, "2MiB", 0, std::uint64_t{1} << 30, nullptr, 0, "size"},
 };
 
 namespace {
@@ -126,6 +104,48 @@ void copy_text(Config* cfg, unsigned i, const char* text) {
 }
 
 }  // namespace
+
+void describe_valid(const OptionSpec& spec, char* buf, unsigned cap) {
+  if (cap == 0) return;
+  unsigned n = 0;
+  auto put = [&](const char* t) {
+    while (*t != '\0' && n + 1 < cap) buf[n++] = *t++;
+  };
+  char a[32], b[32];
+  switch (spec.kind) {
+    case OptKind::choice:
+      for (int i = 0; i < spec.nchoices; ++i) {
+        if (i != 0) put(", ");
+        put(spec.choices[i]);
+      }
+      break;
+    case OptKind::text:
+      put("1 to ");
+      put(format_count(spec.max, a, sizeof a));
+      put(" bytes");
+      break;
+    case OptKind::size:
+    case OptKind::count: {
+      // Byte sizes in binary units; plain numbers (counts, milliseconds) as digits.
+      const bool bytes = spec.kind == OptKind::size && spec.unit[0] == 's';
+      put(bytes ? format_size(spec.min, a, sizeof a) : format_count(spec.min, a, sizeof a));
+      put(" to ");
+      put(bytes ? format_size(spec.max, b, sizeof b) : format_count(spec.max, b, sizeof b));
+      break;
+    }
+  }
+  buf[n] = '\0';
+}
+
+const OptionSpec* find_option(const char* env) {
+  for (const OptionSpec& o : kOptions) {
+    const char* a = o.env;
+    const char* b = env;
+    while (*a != '\0' && *a == *b) ++a, ++b;
+    if (*a == '\0' && *b == '\0') return &o;
+  }
+  return nullptr;
+}
 
 void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn) {
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {

@@ -19,7 +19,7 @@ struct OptionSpec {
   std::uint64_t min, max;    // accepted range (sizes)
   const char* const* choices;  // for OptKind::choice
   int nchoices;
-  const char* help;          // one line for docs/configuration.md
+  const char* unit;          // the Type column of docs/configuration.md
 };
 
 extern const OptionSpec kOptions[static_cast<unsigned>(Opt::count)];
@@ -36,6 +36,13 @@ struct Config {
 // LOWTIDE_STATS's words, in table order, and what each means.
 enum class StatsMode : unsigned { off = 0, text = 1, json = 2, both = 3 };
 StatsMode stats_mode(std::uint64_t choice_index);
+
+// What the option accepts, for warnings and the docs: "4 KiB to 1 TiB",
+// "1 to 3600000", "0 to 4096", "off, 0, on, 1, text, json, both", "1 to 1023
+// bytes". Written into buf (NUL-terminated, cut to cap); never allocates.
+void describe_valid(const OptionSpec& spec, char* buf, unsigned cap);
+// The option whose variable is `env`, or nullptr.
+const OptionSpec* find_option(const char* env);
 
 // Called with (variable, value, reason, default) for each rejected value.
 using WarnFn = void (*)(const char* env, const char* value, const char* reason,

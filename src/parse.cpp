@@ -85,4 +85,17 @@ const char* format_size(std::uint64_t v, char* buf, unsigned cap) {
   return buf;
 }
 
+const char* format_count(std::uint64_t v, char* buf, unsigned cap) {
+  char tmp[24];
+  unsigned n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  unsigned o = 0;
+  while (n > 0 && o + 1 < cap) buf[o++] = tmp[--n];
+  if (cap) buf[o] = '\0';
+  return buf;
+}
+
 }  // namespace lowtide

@@ -19,5 +19,7 @@ int parse_choice(const char* s, const char* const* words, int nwords);
 // Format a size the way parse_size reads it back (e.g. "1 MiB", "512 KiB",
 // "1000 B") into buf; returns buf.
 const char* format_size(std::uint64_t v, char* buf, unsigned cap);
+// v in decimal digits into buf (NUL-terminated, cut to cap); returns buf.
+const char* format_count(std::uint64_t v, char* buf, unsigned cap);
 
 }  // namespace lowtide

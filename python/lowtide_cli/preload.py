@@ -1,15 +1,28 @@
 """The environment a command runs in under lowtide."""
 import os
 import re
+import subprocess
 
-# lowtide's own size grammar (docs/configuration.md): digits, an optional
-# binary K/M/G/T, then optionally B or iB. Checked here so a typo fails at
-# once instead of as a warning from every process of the command.
-SIZE_RE = re.compile(r"\s*\d+\s*([KMGT](i?B)?|B)?\s*", re.IGNORECASE)
+# /bin/true (or any small program) started under the library only to let
+# it read the settings: the library's own parser and ranges (src/options.cpp)
+# are the only definition of what a setting accepts.
+PROBE = "/bin/true"
 
 
-def valid_size(text):
-    return SIZE_RE.fullmatch(text) is not None
+def check_settings(lib, settings):
+    """The library's warnings (one line each, naming the variable, the
+    valid range and the default it would use) for the LOWTIDE_* settings
+    given, checked by the library itself: [] when every value is accepted.
+    A typo fails at once instead of as a warning from every process of the
+    command."""
+    if not settings:
+        return []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_") and k != "LD_PRELOAD"}
+    env.update(settings)
+    env["LD_PRELOAD"] = lib
+    p = subprocess.run([PROBE], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    lines = p.stderr.decode(errors="replace").splitlines()
+    return [ln for ln in lines if ln.startswith("lowtide: warning: LOWTIDE_")]
 
 
 def prepend_preload(lib, current):

@@ -6,8 +6,13 @@ from . import preload
 
 
 def main(lib, command, cutoff=None, stats=None, stats_file=None):
-    if cutoff is not None and not preload.valid_size(cutoff):
-        print("lowtide run: --cutoff %r is not a size (e.g. 512K, 1MiB, 1048576)" % cutoff, file=sys.stderr)
+    given = {"LOWTIDE_CUTOFF": cutoff, "LOWTIDE_STATS_FILE": stats_file}
+    bad = preload.check_settings(lib, {k: v for k, v in given.items() if v is not None})
+    if bad:
+        flags = {"LOWTIDE_CUTOFF": "--cutoff", "LOWTIDE_STATS_FILE": "--stats-file"}
+        for line in bad:
+            var = line[len("lowtide: warning: "):].split("=", 1)[0]
+            print("lowtide run: %s: %s" % (flags.get(var, var), line[len("lowtide: warning: "):]), file=sys.stderr)
         return 2
     env = preload.lowtide_env(lib, os.environ, cutoff=cutoff, stats=stats, stats_file=stats_file)
     sys.stdout.flush()

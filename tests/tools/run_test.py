@@ -75,6 +75,10 @@ check(rc == -signal.SIGTERM, "SIGTERM passes through: %d" % rc)
 # Mistakes are reported, not run.
 rc, out, err = run([launcher, "run", "--cutoff", "12X", "--", py, "-c", "pass"], env)
 check(rc == 2 and "--cutoff" in err and "not a size" in err, "bad --cutoff: rc %d %r" % (rc, err))
+# The range comes from the library's own table: 1K is a size, but below the minimum.
+rc, out, err = run([launcher, "run", "--cutoff", "1K", "--", py, "-c", "pass"], env)
+check(rc == 2 and "--cutoff" in err and "below the minimum" in err and "valid: 4 KiB to 1 TiB" in err,
+      "--cutoff below the range: rc %d %r" % (rc, err))
 rc, out, err = run([launcher, "run", "--", "/nonexistent/prog"], env)
 check(rc == 127 and "cannot run /nonexistent/prog" in err, "missing command: rc %d %r" % (rc, err))
 rc, out, err = run([launcher, "run", py], env)

@@ -71,6 +71,14 @@ TEST_CASE("docs/configuration.md documents every option with its default") {
     REQUIRE(at != std::string::npos);
     std::string line = doc.substr(at, doc.find('\n', at) - at);
     CHECK(line.find(std::string("`") + o.default_text + "`") != std::string::npos);
+    // | `NAME` | unit | `default` | ...
+    CHECK(line.find(std::string("` | ") + o.unit + " | `") != std::string::npos);
+    if (o.kind == OptKind::size || o.kind == OptKind::count) {
+      char valid[160];
+      describe_valid(o, valid, sizeof valid);
+      CHECK(line.find(std::string("Accepted range ") + valid + ".") != std::string::npos);
+    }
+    for (int i = 0; i < o.nchoices; ++i) CHECK(line.find(std::string("`") + o.choices[i] + "`") != std::string::npos);
   }
   // And nothing documented that the table does not have.
   std::size_t pos = 0;
@@ -80,6 +88,22 @@ TEST_CASE("docs/configuration.md documents every option with its default") {
     ++pos;
   }
   CHECK(rows == static_cast<int>(sizeof kOptions / sizeof kOptions[0]));
+}
+
+TEST_CASE("describe_valid names what each kind accepts") {
+  char buf[160];
+  describe_valid(*find_option("LOWTIDE_CUTOFF"), buf, sizeof buf);
+  CHECK(std::string(buf) == "4 KiB to 1 TiB");
+  describe_valid(*find_option("LOWTIDE_DECAY_MS"), buf, sizeof buf);
+  CHECK(std::string(buf) == "1 to 3600000");
+  describe_valid(*find_option("LOWTIDE_HUGEPAGES"), buf, sizeof buf);
+  CHECK(std::string(buf) == "on, off");
+  describe_valid(*find_option("LOWTIDE_STATS_FILE"), buf, sizeof buf);
+  CHECK(std::string(buf) == "1 to 1023 bytes");
+  describe_valid(*find_option("LOWTIDE_CUTOFF"), buf, 6);
+  CHECK(std::string(buf) == "4 KiB");
+  CHECK(find_option("LOWTIDE_CUTOF") == nullptr);
+  CHECK(find_option("LOWTIDE_CUTOFFX") == nullptr);
 }
 
 TEST_CASE("LOWTIDE_SITES takes a plain count, LOWTIDE_SITE_SAMPLE a size") {
