@@ -37,8 +37,7 @@ bool detect() {
   bool ok = !ours && bind(&winner.malloc, "malloc") && bind(&winner.free, "free") &&
             bind(&winner.calloc, "calloc") && bind(&winner.realloc, "realloc") &&
             bind(&winner.memalign, "memalign") && bind(&winner.posix_memalign, "posix_memalign") &&
-            bind(&winner.aligned_alloc, "aligned_alloc") && bind(&winner.valloc, "valloc") &&
-            bind(&winner.pvalloc, "pvalloc") && bind(&winner.usable, "malloc_usable_size");
+            bind(&winner.usable, "malloc_usable_size");
   if (ok) {
     bind(&winner.trim, "malloc_trim");
     bind(&winner.mallopt, "mallopt");

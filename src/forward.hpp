@@ -8,6 +8,8 @@
 
 namespace lowtide::forward {
 
+// The winner's entry points lowtide forwards to (aligned_alloc, valloc and
+// pvalloc reach its memalign, as lowtide's own do).
 struct Winner {
   void* (*malloc)(std::size_t);
   void (*free)(void*);
@@ -15,9 +17,6 @@ struct Winner {
   void* (*realloc)(void*, std::size_t);
   void* (*memalign)(std::size_t, std::size_t);
   int (*posix_memalign)(void**, std::size_t, std::size_t);
-  void* (*aligned_alloc)(std::size_t, std::size_t);
-  void* (*valloc)(std::size_t);
-  void* (*pvalloc)(std::size_t);
   std::size_t (*usable)(void*);
   int (*trim)(std::size_t);
   int (*mallopt)(int, int);

@@ -52,5 +52,7 @@ long read_file(const char* path, char* buf, std::size_t cap);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 int current_tid();
+// CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
+std::uint64_t now_ns();
 
 }  // namespace lowtide::pal

@@ -52,12 +52,6 @@ alignas(64) char exit_fallback[kFallback];
 alignas(64) char api_fallback[kFallback];
 std::atomic<bool> api_fallback_busy{false};
 
-std::uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 std::uint64_t status_kib(const char* buf, const char* key) {
   const char* at = std::strstr(buf, key);
   if (at == nullptr) return 0;
@@ -132,7 +126,7 @@ void gather(Data* d, Scratch& scratch, const Context& ctx) {
     d->peak_rss = status_kib(d->status, "VmHWM:") * 1024;
     d->rss = status_kib(d->status, "VmRSS:") * 1024;
   }
-  d->uptime_s = static_cast<double>(mono_ns() - start_ns) / 1e9;
+  d->uptime_s = static_cast<double>(pal::now_ns() - start_ns) / 1e9;
   d->at_exit = ctx.at_exit;
   d->short_of_memory = scratch.on_fallback();
   report_sites::gather(&d->sites, scratch, ctx.at_exit);
@@ -425,7 +419,7 @@ void at_exit(bool from_exit_call) {
 }
 
 void on_start() {
-  start_ns = mono_ns();
+  start_ns = pal::now_ns();
   if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return;
   // Processes exec'd from this one inherit LD_PRELOAD and LOWTIDE_*; the
   // marker tells them they are not the process the user started (the same
@@ -441,7 +435,7 @@ void on_start() {
 void on_fork_child() {
   forked_child = true;
   reported.store(false);
-  start_ns = mono_ns();
+  start_ns = pal::now_ns();
 }
 
 }  // namespace lowtide::report

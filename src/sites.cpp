@@ -179,9 +179,7 @@ Sample sample_slow(std::size_t size) {
   // libunwind may allocate: such a nested large block gets no site.
   if (t.in_capture) return {0, 0};
   if (t.site_rng == 0) {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t.site_rng = (static_cast<std::uint64_t>(current_tid()) << 32) ^ static_cast<std::uint64_t>(ts.tv_nsec) ^
+    t.site_rng = (static_cast<std::uint64_t>(current_tid()) << 32) ^ pal::now_ns() ^
                  reinterpret_cast<std::uintptr_t>(&t) ^ 0x853c49e6748fea9bULL;
     if (t.site_rng == 0) t.site_rng = 1;
     // A thread's first countdown is a full random interval too, so a

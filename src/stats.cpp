@@ -33,12 +33,6 @@ bool have_key = false;
 std::atomic<std::uint64_t> large_live{0};
 std::atomic<std::uint64_t> large_peak{0};
 
-std::uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 std::uint64_t weight(const Slot* s) { return s->c[kSmallOut] + s->c[kLargeOut]; }
 
 void read_name(std::uint32_t tid, char* out) {
@@ -62,7 +56,7 @@ void fold_into(Slot* dst, const Slot* src) {
 Slot* take_slot() {
   if (nslots >= kKeepRows) {
     // Recycle the lightest long-exited slot.
-    std::uint64_t now = now_ns();
+    std::uint64_t now = pal::now_ns();
     Slot* best = nullptr;
     Slot* best_prev = nullptr;
     Slot* prev = nullptr;
@@ -107,7 +101,7 @@ void on_thread_exit(void* v) {
   read_name(s->tid, s->name);
   pthread_mutex_lock(&mu);
   s->alive = 0;
-  s->exited_ns = now_ns();
+  s->exited_ns = pal::now_ns();
   pthread_mutex_unlock(&mu);
 }
 
@@ -211,7 +205,7 @@ void fork_child() {
   pthread_mutex_init(&mu, nullptr);
   // Only the forking thread exists in the child.
   Slot* mine = t_local.stats;
-  std::uint64_t now = now_ns();
+  std::uint64_t now = pal::now_ns();
   for (Slot* s = head; s != nullptr; s = s->next) {
     if (s == mine) {
       s->tid = current_tid();
