@@ -44,30 +44,23 @@ const char* match(const char* entry, const char* name) {
   return *entry == '=' ? entry + 1 : nullptr;
 }
 
-bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
-  if (spec.kind == OptKind::text) {
-    std::uint64_t n = 0;
-    while (text[n] != '\0') ++n;
-    if (n == 0) {
-      *reason = "is empty";
-      return false;
-    }
-    if (n > spec.max) {
-      *reason = "is too long";
-      return false;
-    }
-    *out = n;
-    return true;
+bool parse_text(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
+  std::uint64_t n = 0;
+  while (text[n] != '\0') ++n;
+  if (n == 0) {
+    *reason = "is empty";
+    return false;
   }
-  if (spec.kind == OptKind::choice) {
-    int i = parse_choice(text, spec.choices, spec.nchoices);
-    if (i < 0) {
-      *reason = "is not one of the accepted values";
-      return false;
-    }
-    *out = static_cast<std::uint64_t>(i);
-    return true;
+  if (n > spec.max) {
+    *reason = "is too long";
+    return false;
   }
+  *out = n;
+  return true;
+}
+
+// A size, a plain count or a number of milliseconds, within [min, max].
+bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
   if (spec.kind == OptKind::count) {
     // parse_size would read "1K" as 1024: a count takes digits only.
     for (const char* c = text; *c != '\0'; ++c) {
@@ -94,6 +87,24 @@ bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, con
   }
   *out = v;
   return true;
+}
+
+bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
+  switch (spec.kind) {
+    case OptKind::text: return parse_text(spec, text, out, reason);
+    case OptKind::choice: {
+      int i = parse_choice(text, spec.choices, spec.nchoices);
+      if (i < 0) {
+        *reason = "is not one of the accepted values";
+        return false;
+      }
+      *out = static_cast<std::uint64_t>(i);
+      return true;
+    }
+    case OptKind::size:
+    case OptKind::count: return parse_number(spec, text, out, reason);
+  }
+  return false;
 }
 
 void copy_text(Config* cfg, unsigned i, const char* text) {

@@ -31,20 +31,20 @@ const sites::SiteRow* find_row(const Data& d, std::uint32_t id) {
 
 }  // namespace
 
-void gather(Data* d, report::Scratch& scratch, bool at_exit) {
-  if (sites::enabled.load()) {
-    std::size_t cap = 0;
-    d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
-    d->nall = d->all != nullptr ? sites::read_sites(d->all, cap) : 0;
-    std::sort(d->all, d->all + d->nall, [](const sites::SiteRow& a, const sites::SiteRow& b) {
-      return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes : a.id < b.id;
-    });
-    d->top = std::min<std::size_t>(d->nall, sites::shown());
-  }
-  if (!g.arena.ready()) return;
-  std::size_t want = g.large_blocks.load(std::memory_order_relaxed) + 256;
+namespace {
+
+void gather_sites(Data* d, report::Scratch& scratch) {
   std::size_t cap = 0;
-  LiveBlock* blocks = scratch.take<LiveBlock>(want < kMaxLiveBlocks ? want : kMaxLiveBlocks, &cap);
+  d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
+  d->nall = d->all != nullptr ? sites::read_sites(d->all, cap) : 0;
+  std::sort(d->all, d->all + d->nall, [](const sites::SiteRow& a, const sites::SiteRow& b) {
+    return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes : a.id < b.id;
+  });
+  d->top = std::min<std::size_t>(d->nall, sites::shown());
+}
+
+// The live large blocks, by site then size. Returns how many were listed.
+std::size_t walk_live(Data* d, LiveBlock* blocks, std::size_t cap, bool at_exit) {
   std::size_t n = 0;
   std::uint64_t missed = 0;
   d->live_partial = !g.arena.for_each_live(
@@ -64,6 +64,11 @@ void gather(Data* d, report::Scratch& scratch, bool at_exit) {
   std::sort(blocks, blocks + n, [](const LiveBlock& a, const LiveBlock& b) {
     return a.site != b.site ? a.site < b.site : a.usable > b.usable;
   });
+  return n;
+}
+
+// Sorted blocks into one group per site, largest group first.
+void group_live(Data* d, const LiveBlock* blocks, std::size_t n, report::Scratch& scratch) {
   std::size_t groups = 0;
   for (std::size_t i = 0; i < n; ++i) groups += (i == 0 || blocks[i].site != blocks[i - 1].site) ? 1 : 0;
   std::size_t gcap = 0;
@@ -86,6 +91,18 @@ void gather(Data* d, report::Scratch& scratch, bool at_exit) {
   std::sort(d->live, d->live + d->nlive, [](const LiveGroup& a, const LiveGroup& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
   });
+}
+
+}  // namespace
+
+void gather(Data* d, report::Scratch& scratch, bool at_exit) {
+  if (sites::enabled.load()) gather_sites(d, scratch);
+  if (!g.arena.ready()) return;
+  std::size_t want = g.large_blocks.load(std::memory_order_relaxed) + 256;
+  std::size_t cap = 0;
+  LiveBlock* blocks = scratch.take<LiveBlock>(want < kMaxLiveBlocks ? want : kMaxLiveBlocks, &cap);
+  std::size_t n = walk_live(d, blocks, cap, at_exit);
+  group_live(d, blocks, n, scratch);
 }
 
 void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
