@@ -8,7 +8,7 @@ keeps some small bookkeeping objects around, and drops the buffers. With
 glibc malloc (and mimalloc 2.0.9, tcmalloc) the freed buffer memory stays
 resident because small objects allocated "above" it pin the heap.
 
-Used as a script (scripts/demo, benchmarks) or as a module (tests/python).
+Used as a script (scripts/demo, benchmarks) or as a module (tests/memory).
 As a script it prints one JSON object on stdout (see run_workload) and, with
 --table, a human readable summary on stderr.
 

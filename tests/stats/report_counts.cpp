@@ -27,7 +27,7 @@
 #include <new>
 #include <string>
 
-#include "../process/lowtide_test.hpp"
+#include "../lowtide_test.hpp"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include <ctime>
 #include <string>
 
-#include "../process/lowtide_test.hpp"
+#include "../lowtide_test.hpp"
 
 extern char** environ;
 
