@@ -70,14 +70,9 @@ const char* format_size(std::uint64_t v, char* buf, unsigned cap) {
     v >>= 10;
     ++u;
   }
-  char tmp[24];
-  unsigned n = 0;
-  do {
-    tmp[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
+  format_count(v, buf, cap);
   unsigned o = 0;
-  while (n > 0 && o + 1 < cap) buf[o++] = tmp[--n];
+  while (o + 1 < cap && buf[o] != '\0') ++o;
   const char* unit = units[u];
   if (o + 1 < cap) buf[o++] = ' ';
   while (*unit && o + 1 < cap) buf[o++] = *unit++;

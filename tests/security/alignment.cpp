@@ -30,21 +30,13 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
-#include "lowtide/lowtide.h"
+#include "../lowtide_stats.hpp"
 
 namespace {
 
 using lt::opaque;
 
-lowtide_stats stats() {
-  using fn_t = int (*)(lowtide_stats*);
-  static auto fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "lowtide_get_stats"));
-  CHECK(fn != nullptr, "lowtide_get_stats not found: is liblowtide.so preloaded?");
-  lowtide_stats s{};
-  s.size = sizeof s;
-  CHECK(fn(&s) == 0, "lowtide_get_stats: %s", std::strerror(errno));
-  return s;
-}
+lowtide_stats stats() { return lt::read_stats(); }
 
 // --- stderr of the calls under test, kept apart from the test's own --------
 // fd 2 goes to a memfd while an allocation call runs; what lands there is

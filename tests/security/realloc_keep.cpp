@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
-#include "lowtide/lowtide.h"
+#include "../lowtide_stats.hpp"
 
 namespace {
 
@@ -27,15 +27,7 @@ using lt::KiB;
 using lt::MiB;
 using lt::opaque;
 
-lowtide_stats stats() {
-  using fn_t = int (*)(lowtide_stats*);
-  static auto fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "lowtide_get_stats"));
-  CHECK(fn != nullptr, "lowtide_get_stats not found: is liblowtide.so preloaded?");
-  lowtide_stats s{};
-  s.size = sizeof s;
-  CHECK(fn(&s) == 0, "lowtide_get_stats: %s", std::strerror(errno));
-  return s;
-}
+lowtide_stats stats() { return lt::read_stats(); }
 
 unsigned char byte_at(std::size_t i, unsigned seed) { return static_cast<unsigned char>((i * 131u) ^ (i >> 8) ^ seed); }
 

@@ -26,9 +26,10 @@
 #include <cstring>
 #include <string>
 
-#include <lowtide/lowtide.h>
+#include "../lowtide_stats.hpp"
 
 #include "../lowtide_test.hpp"
+#include "../lowtide_stats.hpp"
 
 using lt::MiB;
 using lt::opaque;
@@ -46,16 +47,7 @@ void use_tls() {
   CHECK(big_tls[i] + big_tls[0] == 8);
 }
 
-lowtide_stats stats() {
-  // Looked up, not linked: the library is preloaded.
-  using F = int (*)(lowtide_stats*);
-  static F f = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, "lowtide_get_stats"));
-  CHECK(f != nullptr, "lowtide_get_stats not found: is liblowtide.so preloaded?");
-  lowtide_stats s{};
-  s.size = sizeof s;
-  CHECK(f(&s) == 0);
-  return s;
-}
+lowtide_stats stats() { return lt::read_stats(); }
 
 bool decay_thread_exists() {
   DIR* d = opendir("/proc/self/task");

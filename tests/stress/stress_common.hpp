@@ -12,20 +12,9 @@
 
 #include <dlfcn.h>
 
-#include "lowtide/lowtide.h"
+#include "../lowtide_stats.hpp"
 
 namespace lt {
-
-using get_stats_fn = int (*)(lowtide_stats*);
-
-inline lowtide_stats read_stats() {
-  static auto fn = reinterpret_cast<get_stats_fn>(dlsym(RTLD_DEFAULT, "lowtide_get_stats"));
-  CHECK(fn != nullptr, "lowtide_get_stats not found: is liblowtide.so preloaded?");
-  lowtide_stats s{};
-  s.size = sizeof s;
-  CHECK(fn(&s) == 0, "lowtide_get_stats failed: %s", std::strerror(errno));
-  return s;
-}
 
 // Bytes handed out and not yet freed, by path, from lowtide's own counters.
 struct Live {
