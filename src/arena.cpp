@@ -162,6 +162,55 @@ std::uint32_t Arena::lookup(const void* user) const {
   return static_cast<std::uint32_t>(v);
 }
 
+const char* Arena::check() {
+  if (!ready()) return nullptr;
+  lock();
+  const char* why = check_locked();
+  unlock();
+  return why;
+}
+
+std::uint32_t Arena::free_granules() {
+  std::uint32_t total = 0;
+  lock();
+  for (std::uint32_t h : head_)
+    for (std::uint32_t s = h; s != kNone; s = next_[s]) total += tag_[s] & kLenMask;
+  unlock();
+  return total;
+}
+
+const char* Arena::check_locked() const {
+  std::uint32_t free_extents = 0;
+  bool prev_free = false;
+  for (std::uint32_t s = 0; s < granules_;) {
+    std::uint32_t t = tag_[s];
+    std::uint32_t n = t & kLenMask;
+    std::uint32_t state = t & ~kLenMask;
+    if (n == 0 || n > granules_ - s) return "arena: an extent's length runs past the range (extents do not tile it)";
+    if (state != kFree && state != kUsed) return "arena: an extent is neither free nor used";
+    if (tag_[s + n - 1] != t) return "arena: an extent's tags at its two ends differ";
+    if (state == kFree) {
+      if (prev_free) return "arena: two free extents touch (not coalesced)";
+      ++free_extents;
+    }
+    prev_free = state == kFree;
+    s += n;
+  }
+  std::uint32_t listed = 0;
+  for (int b = 0; b < kBins; ++b) {
+    std::uint32_t prev = kNone;
+    for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
+      if (s >= granules_ || ++listed > free_extents) return "arena: a free list holds more than the free extents";
+      if ((tag_[s] & kFree) == 0) return "arena: a free list holds an extent that is not free";
+      if (bin_of(tag_[s] & kLenMask) != b) return "arena: a free extent is in the wrong size bin";
+      if (prev_[s] != prev) return "arena: a free list's back link is wrong";
+      prev = s;
+    }
+  }
+  if (listed != free_extents) return "arena: a free extent is missing from the free lists";
+  return nullptr;
+}
+
 std::uint32_t Arena::claim(const void* user) {
   if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
   auto& slot = live_[granule_of(user)];

@@ -49,6 +49,20 @@ class Arena {
   // become one used extent of m granules.
   void join(std::uint32_t start, std::uint32_t n, std::uint32_t m);
   std::uint32_t used_length(std::uint32_t start) const { return tag_[start] & kLenMask; }
+  // Is [start, start+n) exactly one used extent (tags at both ends)? Takes
+  // no lock: the caller owns the extent.
+  bool is_used_extent(std::uint32_t start, std::uint32_t n) const {
+    return n != 0 && start < granules_ && n <= granules_ - start && tag_[start] == (n | kUsed) &&
+           tag_[start + n - 1] == (n | kUsed);
+  }
+
+  // The extent map's invariants (takes the lock): the extents tile the
+  // range, each with the same tag at both ends, no two free ones touch, and
+  // the free lists hold exactly the free extents, each in its size's bin.
+  // nullptr if all hold, else the first one violated.
+  const char* check();
+  // Granules in free extents (takes the lock; for tests and checks).
+  std::uint32_t free_granules();
 
   // Live-block table, lock-free. A user pointer is registered in the slot of
   // the granule it falls in (no two live blocks share a granule).
@@ -105,6 +119,8 @@ class Arena {
     auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
     return (std::uint64_t{1} << 63) | ((tag & kTagMask) << 44) | (off << 32) | start;
   }
+  friend struct ArenaTestAccess;  // tests/unit: corrupt a tag on purpose
+  const char* check_locked() const;
   void set_tags(std::uint32_t s, std::uint32_t n, std::uint32_t state) {
     tag_[s] = n | state;
     tag_[s + n - 1] = n | state;
@@ -122,6 +138,34 @@ class Arena {
   std::uint32_t* prev_ = nullptr;
   std::uint32_t head_[kBins] = {};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+
+// An extent of the range: granules [start, start+n). The one place the
+// large path turns granules into bytes and addresses.
+struct Extent {
+  std::uint32_t start = Arena::kNone;
+  std::uint32_t n = 0;
+
+  static constexpr std::size_t bytes_of(std::uint32_t granules) {
+    return std::size_t{granules} << Arena::kGranuleShift;
+  }
+  // `bytes` a multiple of the granule, below 2^(32+16).
+  static constexpr std::uint32_t granules_of(std::size_t bytes) {
+    return static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
+  }
+  // The used extent that starts at granule s.
+  static Extent used_at(const Arena& a, std::uint32_t s) { return {s, a.used_length(s)}; }
+
+  bool found() const { return start != Arena::kNone; }
+  std::uint32_t end() const { return start + n; }
+  std::size_t bytes() const { return bytes_of(n); }
+  char* base(const Arena& a) const { return a.addr(start); }
+  // How far p (the user pointer) lies into the extent, and the bytes from
+  // it to the extent's end (its usable size).
+  std::size_t offset_of(const Arena& a, const void* p) const {
+    return static_cast<std::size_t>(static_cast<const char*>(p) - base(a));
+  }
+  std::size_t usable_from(const Arena& a, const void* p) const { return bytes() - offset_of(a, p); }
 };
 
 }  // namespace lowtide

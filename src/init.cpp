@@ -20,14 +20,6 @@ extern char** environ;
 
 namespace lowtide {
 
-Globals g;
-__thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));
-
-std::uint32_t current_tid() {
-  if (t_local.tid == 0) t_local.tid = static_cast<std::uint32_t>(pal::current_tid());
-  return t_local.tid;
-}
-
 namespace {
 
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {

@@ -15,79 +15,266 @@
 
 namespace lowtide::cache {
 
-namespace {
-
-constexpr int kSlots = 128;
 constexpr std::size_t G = Arena::kGranule;
-// A miss may fault fresh pages while the cache still holds this much: a few
-// blocks of a loop whose sizes vary stay warm instead of being given back
-// at every miss (see evict_for). Bounds what reuse adds to the peak.
-constexpr std::size_t kMissSlack = std::size_t{8} << 20;
 
-struct Entry {
-  std::uint32_t start, n;
-  std::uint64_t freed_ns;
-};
+// ---- the cache ----
 
-pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-Entry entries[kSlots];
-int count = 0;
-std::size_t bytes_held = 0;  // under mu
-std::atomic<std::size_t> held_view{0};
-std::size_t cap = 0;
-std::uint64_t decay_ns = 0;
-bool use_thread = false;
-std::atomic<bool> thread_started{false};
-std::atomic<std::uint64_t> oldest_ns{UINT64_MAX};
-// When take() last served a block. While the cache is being drawn from, an
-// entry may outlive the decay period, up to kBusyAgeFactor times it: a loop
-// working through a batch of freed buffers (a second round of the same job)
-// finds them still there, and what nobody takes still goes back within a
-// few periods.
-std::atomic<std::uint64_t> last_take_ns{0};
-constexpr std::uint64_t kBusyAgeFactor = 4;
-
-std::uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-void recompute_oldest() {  // under mu
+void ReuseCache::recompute_oldest() {  // under mu_
   std::uint64_t o = UINT64_MAX;
-  for (int i = 0; i < count; ++i) o = entries[i].freed_ns < o ? entries[i].freed_ns : o;
-  oldest_ns.store(o, std::memory_order_relaxed);
-  held_view.store(bytes_held, std::memory_order_relaxed);
+  for (int i = 0; i < count_; ++i) o = entries_[i].freed_ns < o ? entries_[i].freed_ns : o;
+  oldest_ns_.store(o, std::memory_order_relaxed);
+  held_view_.store(bytes_held_, std::memory_order_relaxed);
 }
 
-void remove_at(int i) {  // under mu
-  bytes_held -= std::size_t{entries[i].n} << Arena::kGranuleShift;
-  entries[i] = entries[--count];
+void ReuseCache::remove_at(int i) {  // under mu_
+  bytes_held_ -= Extent::bytes_of(entries_[i].n);
+  entries_[i] = entries_[--count_];
 }
 
 // Give extents back to the OS: outside the lock, since dropping many pages
 // takes a while.
-std::size_t give_back(const Entry* out, int n) {
+std::size_t ReuseCache::give_back(const Entry* out, int n) {
   std::size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    std::size_t len = std::size_t{out[i].n} << Arena::kGranuleShift;
-    char* p = g.arena.addr(out[i].start);
-    pal::decommit(p, len);
-    g.arena.release(out[i].start, out[i].n);
-    g.large_mapped.fetch_sub(len, std::memory_order_relaxed);
-    total += len;
+    const Extent e{out[i].start, out[i].n};
+    deps_.decommit(e.base(arena_), e.bytes());
+    arena_.release(e.start, e.n);
+    total += e.bytes();
   }
-  if (total != 0) stats::add(stats::slot(), stats::kLargeReturnedBytes, total);
+  if (total != 0 && deps_.returned != nullptr) deps_.returned(total);
   return total;
 }
+
+// Hand out the first `want` granules of entry i (all of it if it has no
+// more): the rest stays cached where it is, with its age. Under mu_.
+std::uint32_t ReuseCache::cut(int i, std::uint32_t want) {
+  Entry& e = entries_[i];
+  std::uint32_t s = e.start;
+  if (e.n <= want) {
+    remove_at(i);
+  } else {
+    arena_.split(e.start, e.n, want);
+    e.start += want;
+    e.n -= want;
+    bytes_held_ -= Extent::bytes_of(want);
+  }
+  recompute_oldest();
+  return s;
+}
+
+int ReuseCache::oldest() const {  // under mu_, count_ > 0
+  int o = 0;
+  for (int i = 1; i < count_; ++i)
+    if (entries_[i].freed_ns < entries_[o].freed_ns) o = i;
+  return o;
+}
+
+// Take at least `bytes` out of the cache into out[], oldest first; of the
+// last entry touched only the granules needed (its front), since joined
+// entries can be large. Returns how many entries out[] got. Under mu_.
+int ReuseCache::trim_oldest(std::size_t bytes, Entry* out) {
+  int n = 0;
+  while (bytes != 0 && count_ > 0) {
+    int o = oldest();
+    Entry& e = entries_[o];
+    std::size_t len = Extent::bytes_of(e.n);
+    if (len <= bytes) {
+      out[n++] = e;
+      bytes -= len;
+      remove_at(o);
+    } else {
+      auto k = Extent::granules_of(bytes + G - 1);
+      arena_.split(e.start, e.n, k);
+      out[n++] = Entry{e.start, k, e.freed_ns};
+      e.start += k;
+      e.n -= k;
+      bytes_held_ -= Extent::bytes_of(k);
+      bytes = 0;
+    }
+  }
+  recompute_oldest();
+  return n;
+}
+
+// Join the cached neighbours of [*start, *start + *n) to it, so blocks cut
+// by take() grow back whole. Under mu_.
+void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
+  for (int i = 0; i < count_;) {
+    Entry& e = entries_[i];
+    if (e.start + e.n == *start || *start + *n == e.start) {
+      std::uint32_t s = e.start < *start ? e.start : *start;
+      arena_.join(s, e.start < *start ? e.n : *n, e.n + *n);
+      *start = s;
+      *n += e.n;
+      remove_at(i);
+      i = 0;
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
+  // Refused: no thread to return it later (see start_thread); return it now.
+  if (Extent::bytes_of(n) > cap_ || refusing_.load(std::memory_order_relaxed)) return false;
+  Entry evicted[kSlots + 1];
+  int nev = 0;
+  std::uint64_t now = deps_.now_ns();
+  lock();
+  join_neighbours(&start, &n);
+  // Make room: a slot, then bytes, oldest first (possibly the front of the
+  // block just joined, if it alone is past the cap).
+  if (count_ == kSlots) {
+    int o = oldest();
+    evicted[nev++] = entries_[o];
+    remove_at(o);
+  }
+  entries_[count_++] = Entry{start, n, now};
+  bytes_held_ += Extent::bytes_of(n);
+  if (bytes_held_ > cap_) nev += trim_oldest(bytes_held_ - cap_, evicted + nev);
+  recompute_oldest();
+  unlock();
+  give_back(evicted, nev);
+  return true;
+}
+
+// The smallest entry of at least `need` granules aligned as asked, the most
+// recently freed of equals (its pages are the likeliest still in cache);
+// -1 if none. Under mu_.
+int ReuseCache::best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g) const {
+  int best = -1;
+  for (int i = 0; i < count_; ++i) {
+    const Entry& e = entries_[i];
+    if (e.n < need) continue;
+    std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(arena_.addr(e.start + skew_g));
+    if (align_g > 1 && addr % (std::uintptr_t{align_g} * G) != 0) continue;
+    if (best < 0 || e.n < entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns))
+      best = i;
+  }
+  return best;
+}
+
+std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
+                               std::uint32_t* got) {
+  if (cached_bytes() == 0) return Arena::kNone;
+  lock();
+  int best = best_fit(need, align_g, skew_g);
+  std::uint32_t s = Arena::kNone;
+  if (best >= 0) {
+    last_take_ns_.store(deps_.now_ns(), std::memory_order_relaxed);
+    std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
+    *got = want < entries_[best].n ? want : entries_[best].n;
+    s = cut(best, want);
+  }
+  unlock();
+  return s;
+}
+
+bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
+  if (cached_bytes() == 0) return false;
+  bool ok = false;
+  lock();
+  for (int i = 0; i < count_; ++i) {
+    if (entries_[i].start == at) {
+      if (entries_[i].n >= n) {
+        cut(i, n);
+        last_take_ns_.store(deps_.now_ns(), std::memory_order_relaxed);
+        ok = true;
+      }
+      break;
+    }
+  }
+  unlock();
+  return ok;
+}
+
+std::size_t ReuseCache::purge(bool all) {
+  if (cached_bytes() == 0) return 0;
+  std::uint64_t now = deps_.now_ns();
+  std::uint64_t max_age = decay_ns_;
+  if (age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_) max_age = decay_ns_ * kBusyAgeFactor;
+  if (!all && age_ns(now, oldest_ns_.load(std::memory_order_relaxed)) < max_age) return 0;
+  Entry out[kSlots];
+  int n = 0;
+  lock();
+  for (int i = 0; i < count_;) {
+    if (all || age_ns(now, entries_[i].freed_ns) >= max_age) {
+      out[n++] = entries_[i];
+      remove_at(i);
+    } else {
+      ++i;
+    }
+  }
+  recompute_oldest();
+  unlock();
+  return give_back(out, n);
+}
+
+void ReuseCache::evict_for(std::size_t want) {
+  if (cached_bytes() + want <= kMissSlack) return;
+  Entry out[kSlots];
+  lock();
+  int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out) : 0;
+  unlock();
+  give_back(out, n);
+}
+
+int ReuseCache::entries() const {
+  auto& self = const_cast<ReuseCache&>(*this);
+  self.lock();
+  int n = count_;
+  self.unlock();
+  return n;
+}
+
+const char* ReuseCache::check() {
+  const char* why = nullptr;
+  lock();
+  arena_.lock();  // the order put() takes them in (join)
+  std::size_t total = 0;
+  if (count_ < 0 || count_ > kSlots) why = "cache: more entries than slots";
+  for (int i = 0; why == nullptr && i < count_; ++i) {
+    const Entry& e = entries_[i];
+    total += Extent::bytes_of(e.n);
+    if (!arena_.is_used_extent(e.start, e.n)) why = "cache: an entry is not one used extent of the arena";
+    for (int j = i + 1; why == nullptr && j < count_; ++j) {
+      const Entry& f = entries_[j];
+      if (e.start <= f.start + f.n && f.start <= e.start + e.n)
+        why = "cache: two entries overlap or touch (not joined)";
+    }
+  }
+  if (why == nullptr && total != bytes_held_) why = "cache: the entries' bytes differ from bytes held";
+  if (why == nullptr && bytes_held_ > cap_) why = "cache: holds more than its cap";
+  if (why == nullptr && held_view_.load(std::memory_order_relaxed) != bytes_held_)
+    why = "cache: the lock-free view of bytes held is stale";
+  arena_.unlock();
+  unlock();
+  return why;
+}
+
+// ---- the process's cache: g.arena, the real clock and pages ----
+
+namespace {
+
+void returned_to_os(std::size_t bytes) { account_returned(bytes); }
+
+constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os};
+}  // namespace
+
+constinit ReuseCache production_cache{g.arena, kProductionDeps};
+
+namespace {
+
+bool use_thread = false;
+std::atomic<bool> thread_started{false};
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   for (;;) {
-    std::uint64_t period = decay_ns / 4 > 1'000'000 ? decay_ns / 4 : 1'000'000;
+    std::uint64_t period = production_cache.decay_ns() / 4 > 1'000'000 ? production_cache.decay_ns() / 4 : 1'000'000;
     timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
     nanosleep(&ts, nullptr);
-    if (held_view.load(std::memory_order_relaxed) != 0) purge(false);
+    if (production_cache.cached_bytes() != 0) production_cache.purge(false);
   }
   return nullptr;
 }
@@ -104,11 +291,10 @@ void* decay_main(void*) {
 // glibc has no public way to ask for the static TLS size, so on EINVAL the
 // size doubles, up to 8 MiB, then glibc's default is tried. If no thread can
 // be created at all (EAGAIN from a thread limit, a seccomp filter, ...), the
-// cache stops keeping blocks (no_thread: put() refuses, so free returns them
+// cache stops keeping blocks (its puts refused, so free returns them
 // as with LOWTIDE_CACHE=0) and gives back what it holds, warns once, and a
 // later large allocation tries again after a backoff (1 s, doubling up to
 // 64 s) rather than at every call.
-std::atomic<bool> no_thread{false};
 std::atomic<bool> warned_no_thread{false};
 std::atomic<std::uint64_t> retry_after_ns{0};
 std::atomic<unsigned> failed_starts{0};
@@ -130,7 +316,7 @@ int create_thread(std::size_t stack) {  // stack 0: glibc's default size
 void start_thread() {
   if (!use_thread) return;
   std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
-  if (retry != 0 && now_ns() < retry) return;
+  if (retry != 0 && pal::now_ns() < retry) return;
   if (thread_started.exchange(true)) return;
   sigset_t all, old;
   sigfillset(&all);
@@ -140,15 +326,15 @@ void start_thread() {
   if (rc == EINVAL) rc = create_thread(0);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc == 0) {
-    no_thread.store(false, std::memory_order_relaxed);
+    production_cache.refuse_puts(false);
     return;
   }
   unsigned fails = failed_starts.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t backoff = std::uint64_t{1'000'000'000} << (fails < kMaxBackoffShift ? fails : kMaxBackoffShift);
-  retry_after_ns.store(now_ns() + backoff, std::memory_order_relaxed);
-  no_thread.store(true, std::memory_order_relaxed);
+  retry_after_ns.store(pal::now_ns() + backoff, std::memory_order_relaxed);
+  production_cache.refuse_puts(true);
   thread_started.store(false);
-  purge(true);
+  production_cache.purge(true);
   if (!warned_no_thread.exchange(true, std::memory_order_relaxed)) {
     const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
     log::warn("could not start the lowtide-decay thread (pthread_create: {}); freed large blocks are "
@@ -157,188 +343,36 @@ void start_thread() {
   }
 }
 
-// Hand out the first `want` granules of entry i (all of it if it has no
-// more): the rest stays cached where it is, with its age. Under mu.
-std::uint32_t cut(int i, std::uint32_t want) {
-  Entry& e = entries[i];
-  std::uint32_t s = e.start;
-  if (e.n <= want) {
-    remove_at(i);
-  } else {
-    g.arena.split(e.start, e.n, want);
-    e.start += want;
-    e.n -= want;
-    bytes_held -= std::size_t{want} << Arena::kGranuleShift;
-  }
-  recompute_oldest();
-  return s;
-}
-
-int oldest() {  // under mu, count > 0
-  int o = 0;
-  for (int i = 1; i < count; ++i)
-    if (entries[i].freed_ns < entries[o].freed_ns) o = i;
-  return o;
-}
-
-// Take at least `bytes` out of the cache into out[], oldest first; of the
-// last entry touched only the granules needed (its front), since joined
-// entries can be large. Returns how many entries out[] got. Under mu.
-int trim_oldest(std::size_t bytes, Entry* out) {
-  int n = 0;
-  while (bytes != 0 && count > 0) {
-    int o = oldest();
-    Entry& e = entries[o];
-    std::size_t len = std::size_t{e.n} << Arena::kGranuleShift;
-    if (len <= bytes) {
-      out[n++] = e;
-      bytes -= len;
-      remove_at(o);
-    } else {
-      auto k = static_cast<std::uint32_t>((bytes + G - 1) >> Arena::kGranuleShift);
-      g.arena.split(e.start, e.n, k);
-      out[n++] = Entry{e.start, k, e.freed_ns};
-      e.start += k;
-      e.n -= k;
-      bytes_held -= std::size_t{k} << Arena::kGranuleShift;
-      bytes = 0;
-    }
-  }
-  recompute_oldest();
-  return n;
-}
-
 }  // namespace
 
+void account_returned(std::size_t bytes) {
+  g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
+  stats::add(stats::slot(), stats::kLargeReturnedBytes, bytes);
+}
+
 void init() {
-  cap = g.config.get(Opt::cache);
-  decay_ns = g.config.get(Opt::decay_ms) * 1'000'000u;
+  production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
 }
 
-bool put(std::uint32_t start, std::uint32_t n) {
-  std::size_t len = std::size_t{n} << Arena::kGranuleShift;
-  // No thread to return it later (see start_thread): return it now.
-  if (len > cap || no_thread.load(std::memory_order_relaxed)) return false;
-  Entry evicted[kSlots + 1];
-  int nev = 0;
-  std::uint64_t now = now_ns();
-  pthread_mutex_lock(&mu);
-  // Join cached neighbours, so blocks cut by take() grow back whole.
-  for (int i = 0; i < count;) {
-    Entry& e = entries[i];
-    if (e.start + e.n == start || start + n == e.start) {
-      std::uint32_t s = e.start < start ? e.start : start;
-      g.arena.join(s, e.start < start ? e.n : n, e.n + n);
-      start = s;
-      n += e.n;
-      len = std::size_t{n} << Arena::kGranuleShift;
-      remove_at(i);
-      i = 0;
-    } else {
-      ++i;
-    }
-  }
-  // Make room: a slot, then bytes, oldest first (possibly the front of the
-  // block just joined, if it alone is past the cap).
-  if (count == kSlots) {
-    int o = oldest();
-    evicted[nev++] = entries[o];
-    remove_at(o);
-  }
-  entries[count++] = Entry{start, n, now};
-  bytes_held += len;
-  if (bytes_held > cap) nev += trim_oldest(bytes_held - cap, evicted + nev);
-  recompute_oldest();
-  pthread_mutex_unlock(&mu);
-  give_back(evicted, nev);
-  return true;
-}
-
+bool put(std::uint32_t start, std::uint32_t n) { return production_cache.put(start, n); }
 std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                    std::uint32_t* got) {
-  if (held_view.load(std::memory_order_relaxed) == 0) return Arena::kNone;
-  pthread_mutex_lock(&mu);
-  int best = -1;
-  for (int i = 0; i < count; ++i) {
-    const Entry& e = entries[i];
-    if (e.n < need) continue;
-    std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(g.arena.addr(e.start + skew_g));
-    if (align_g > 1 && addr % (std::uintptr_t{align_g} * G) != 0) continue;
-    if (best < 0 || e.n < entries[best].n || (e.n == entries[best].n && e.freed_ns > entries[best].freed_ns))
-      best = i;
-  }
-  std::uint32_t s = Arena::kNone;
-  if (best >= 0) {
-    last_take_ns.store(now_ns(), std::memory_order_relaxed);
-    std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
-    *got = want < entries[best].n ? want : entries[best].n;
-    s = cut(best, want);
-  }
-  pthread_mutex_unlock(&mu);
-  return s;
+  return production_cache.take(need, align_g, skew_g, for_growth, got);
 }
-
-bool take_at(std::uint32_t at, std::uint32_t n) {
-  if (held_view.load(std::memory_order_relaxed) == 0) return false;
-  bool ok = false;
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < count; ++i) {
-    if (entries[i].start == at) {
-      if (entries[i].n >= n) {
-        cut(i, n);
-        last_take_ns.store(now_ns(), std::memory_order_relaxed);
-        ok = true;
-      }
-      break;
-    }
-  }
-  pthread_mutex_unlock(&mu);
-  return ok;
-}
-
-std::size_t purge(bool all) {
-  if (held_view.load(std::memory_order_relaxed) == 0) return 0;
-  std::uint64_t now = now_ns();
-  std::uint64_t max_age = decay_ns;
-  if (age_ns(now, last_take_ns.load(std::memory_order_relaxed)) < decay_ns) max_age = decay_ns * kBusyAgeFactor;
-  if (!all && age_ns(now, oldest_ns.load(std::memory_order_relaxed)) < max_age) return 0;
-  Entry out[kSlots];
-  int n = 0;
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < count;) {
-    if (all || age_ns(now, entries[i].freed_ns) >= max_age) {
-      out[n++] = entries[i];
-      remove_at(i);
-    } else {
-      ++i;
-    }
-  }
-  recompute_oldest();
-  pthread_mutex_unlock(&mu);
-  return give_back(out, n);
-}
-
-void evict_for(std::size_t want) {
-  std::size_t held = held_view.load(std::memory_order_relaxed);
-  if (held + want <= kMissSlack) return;
-  Entry out[kSlots];
-  pthread_mutex_lock(&mu);
-  int n = bytes_held + want > kMissSlack ? trim_oldest(bytes_held + want - kMissSlack, out) : 0;
-  pthread_mutex_unlock(&mu);
-  give_back(out, n);
-}
+bool take_at(std::uint32_t at, std::uint32_t n) { return production_cache.take_at(at, n); }
+std::size_t purge(bool all) { return production_cache.purge(all); }
+void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
+std::size_t cached_bytes() { return production_cache.cached_bytes(); }
 
 void note_large_allocation() {
-  if (cap != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
+  if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 
-std::size_t cached_bytes() { return held_view.load(std::memory_order_relaxed); }
-
-void fork_prepare() { pthread_mutex_lock(&mu); }
-void fork_parent() { pthread_mutex_unlock(&mu); }
+void fork_prepare() { production_cache.lock(); }
+void fork_parent() { production_cache.unlock(); }
 void fork_child() {
-  pthread_mutex_init(&mu, nullptr);
+  production_cache.reset_after_fork();
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
 }

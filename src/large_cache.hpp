@@ -2,11 +2,23 @@
 // kept after free so that a loop that frees and reallocates large buffers
 // does not pay a page fault per 4 KiB again, returned to the OS when the
 // byte cap is reached or when they have not been reused for the decay period.
+//
+// ReuseCache is the policy alone, over an arena, a clock and page operations
+// it is given (tests/unit/cache_test.cpp drives one with a fake clock). The
+// process's one cache, wired to g.arena, CLOCK_MONOTONIC and pal::decommit,
+// lives in large_cache.cpp behind the cache:: functions below, which add the
+// helper thread that returns blocks once the process goes quiet.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <pthread.h>
 
-namespace lowtide::cache {
+namespace lowtide {
+
+class Arena;
+
+namespace cache {
 
 // How long ago `then` was, seen at `now` (both CLOCK_MONOTONIC ns). purge()
 // reads the clock before the times other threads store (oldest_ns,
@@ -14,33 +26,129 @@ namespace lowtide::cache {
 // be later than `now`: that is age 0, not a wrapped-around huge age.
 inline std::uint64_t age_ns(std::uint64_t now, std::uint64_t then) { return now > then ? now - then : 0; }
 
-// Try to keep the extent [start, start+n) (still "used" in the arena, pages
-// committed) instead of returning it. false: the caller returns it now.
-// Cached extents that touch are joined into one.
-bool put(std::uint32_t start, std::uint32_t n);
+// What a cache needs from outside: the time, and how to drop the pages of
+// an extent it gives back (before it returns the extent to its arena).
+struct Deps {
+  std::uint64_t (*now_ns)();
+  void (*decommit)(void* p, std::size_t len);
+  // Told of every byte given back to the OS (accounting); may be null.
+  void (*returned)(std::size_t bytes);
+};
 
-// A cached extent for a block of `need` granules whose start granule + skew
-// is aligned to align_g granules; kNone if none. The smallest cached extent
-// that fits is cut: its first `need` granules are handed out (4 * need for a
-// block being grown by realloc, so the growth steps that follow land in
-// place) and the rest stays cached, committed, with its age: any mix of sizes
-// reuses warm pages. *got is the length handed out.
+class ReuseCache {
+ public:
+  static constexpr int kSlots = 128;
+  // A miss may fault fresh pages while the cache still holds this much: a few
+  // blocks of a loop whose sizes vary stay warm instead of being given back
+  // at every miss (see evict_for). Bounds what reuse adds to the peak.
+  static constexpr std::size_t kMissSlack = std::size_t{8} << 20;
+  // While the cache is being drawn from (a take within the last decay
+  // period), an entry may outlive the decay period up to this many times
+  // it: a loop working through a batch of freed buffers (a second round of
+  // the same job) finds them still there, and what nobody takes still goes
+  // back within a few periods.
+  static constexpr std::uint64_t kBusyAgeFactor = 4;
+
+  constexpr ReuseCache(Arena& arena, const Deps& deps) : arena_(arena), deps_(deps) {}
+  ReuseCache(const ReuseCache&) = delete;
+  ReuseCache& operator=(const ReuseCache&) = delete;
+
+  // Byte cap (0: keep nothing) and decay period. Before first use.
+  void configure(std::size_t cap, std::uint64_t decay_ns) {
+    cap_ = cap;
+    decay_ns_ = decay_ns;
+  }
+  std::size_t cap() const { return cap_; }
+  std::uint64_t decay_ns() const { return decay_ns_; }
+
+  // Try to keep the extent [start, start+n) (still "used" in the arena, pages
+  // committed) instead of returning it. false: the caller returns it now
+  // (over the cap, or puts are refused). Cached extents that touch are
+  // joined into one.
+  bool put(std::uint32_t start, std::uint32_t n);
+
+  // A cached extent for a block of `need` granules whose start granule + skew
+  // is aligned to align_g granules; kNone if none. The smallest cached extent
+  // that fits is cut: its first `need` granules are handed out (4 * need for a
+  // block being grown by realloc, so the growth steps that follow land in
+  // place) and the rest stays cached, committed, with its age: any mix of
+  // sizes reuses warm pages. *got is the length handed out.
+  std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
+                     std::uint32_t* got);
+
+  // The first n granules of the cached extent that starts at granule `at`, if
+  // there is one that long: a block ending at `at` grows into them in place.
+  bool take_at(std::uint32_t at, std::uint32_t n);
+
+  // Return everything that has been cached longer than the decay period (all
+  // of it when `all`). Returns the bytes given back.
+  std::size_t purge(bool all);
+
+  // A request the cache could not serve is about to fault `bytes` fresh:
+  // return, oldest first, what the cache holds beyond kMissSlack after that
+  // fault, so the cache adds at most the slack to the peak.
+  void evict_for(std::size_t bytes);
+
+  // While set, put() refuses everything (nothing would return it later).
+  void refuse_puts(bool on) { refusing_.store(on, std::memory_order_relaxed); }
+
+  std::size_t cached_bytes() const { return held_view_.load(std::memory_order_relaxed); }
+  int entries() const;  // takes the lock
+
+  // Its invariants (takes the lock, then the arena's): at most kSlots
+  // entries holding at most the cap, their byte total is bytes held, each is
+  // one used extent of the arena, no two touch. nullptr if all hold, else the
+  // first one violated.
+  const char* check();
+
+  void lock() { pthread_mutex_lock(&mu_); }
+  void unlock() { pthread_mutex_unlock(&mu_); }
+  void reset_after_fork() { pthread_mutex_init(&mu_, nullptr); }
+
+ private:
+  struct Entry {
+    std::uint32_t start, n;
+    std::uint64_t freed_ns;
+  };
+
+  void recompute_oldest();
+  void remove_at(int i);
+  std::size_t give_back(const Entry* out, int n);
+  std::uint32_t cut(int i, std::uint32_t want);
+  int oldest() const;
+  int trim_oldest(std::size_t bytes, Entry* out);
+  void join_neighbours(std::uint32_t* start, std::uint32_t* n);
+  int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g) const;
+
+  Arena& arena_;
+  const Deps& deps_;
+  std::size_t cap_ = 0;
+  std::uint64_t decay_ns_ = 0;
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  Entry entries_[kSlots] = {};
+  int count_ = 0;                  // under mu_
+  std::size_t bytes_held_ = 0;     // under mu_
+  std::atomic<std::size_t> held_view_{0};
+  std::atomic<std::uint64_t> oldest_ns_{UINT64_MAX};
+  std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
+  std::atomic<bool> refusing_{false};
+};
+
+// The process's cache (g.arena, CLOCK_MONOTONIC, pal::decommit), wired in
+// large_cache.cpp.
+extern ReuseCache production_cache;
+// Its Deps::returned: g.large_mapped and the returned-bytes counter.
+void account_returned(std::size_t bytes);
+
+// The production cache's operations, as ReuseCache's above. Its puts are
+// refused while the helper thread cannot be started (nothing would return
+// the block later).
+bool put(std::uint32_t start, std::uint32_t n);
 std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                    std::uint32_t* got);
-
-// The first n granules of the cached extent that starts at granule `at`, if
-// there is one that long: a block ending at `at` grows into them in place.
 bool take_at(std::uint32_t at, std::uint32_t n);
-
-// Return everything that has been cached longer than the decay period (all of
-// it when `all`). Returns the bytes given back.
 std::size_t purge(bool all);
-
-// A request the cache could not serve is about to fault `bytes` fresh:
-// return, oldest first, what the cache holds beyond a small slack (8 MiB)
-// after that fault, so the cache adds at most the slack to the peak.
 void evict_for(std::size_t bytes);
-
 std::size_t cached_bytes();
 
 // Called on every large allocation: starts the decay thread the first time.
@@ -51,4 +159,5 @@ void fork_prepare();
 void fork_parent();
 void fork_child();
 
-}  // namespace lowtide::cache
+}  // namespace cache
+}  // namespace lowtide

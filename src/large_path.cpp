@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "invariants.hpp"
 #include "large_cache.hpp"
 #include "log.hpp"
 #include "platform.hpp"
@@ -50,70 +51,92 @@ bool can_place(const Arena& a, std::size_t bytes, std::size_t off, std::size_t a
   return user - off - start <= a.size() - bytes;
 }
 
-Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
-  Arena& a = g.arena;
-  if (!a.ready()) return Result::no_room;
-  std::size_t off = user_offset(align);
-  if (size > a.size() - off) return Result::no_room;
+struct LargePath::Plan {
+  std::size_t size;   // asked for
+  std::size_t off;    // of the user pointer in the extent
+  std::size_t bytes;  // of the extent
+  std::uint32_t need, align_g, skew;  // granules; the extent's alignment
+};
+
+// The extent a request needs, or why it cannot have one. Nothing touched.
+Result LargePath::plan(std::size_t size, std::size_t align, Plan* pl) const {
+  if (!a_.ready()) return Result::no_room;
+  const std::size_t off = user_offset(align);
+  if (size > a_.size() - off) return Result::no_room;
+  // At least one byte past the user pointer, so even a zero-size block's
+  // pointer lies inside its own extent (its live-table slot is its own).
+  const std::size_t bytes = round_up(off + (size == 0 ? 1 : size), G);
   // An alignment no place in the range meets is refused before the cache
   // is touched: no cache purge, no warning that the range is full. This
   // also keeps align / G below 2^32 (the range is at most 2^30 granules)
   // for the 32-bit alignment below.
-  if (!can_place(a, round_up(off + (size == 0 ? 1 : size), G), off, align)) return Result::no_alignment;
-  // At least one byte past the user pointer, so even a zero-size block's
-  // pointer lies inside its own extent (its live-table slot is its own).
-  std::size_t bytes = round_up(off + (size == 0 ? 1 : size), G);
+  if (!can_place(a_, bytes, off, align)) return Result::no_alignment;
   // Refuse what the kernel would before the cache is emptied for it.
-  if (pal::overcommit_refuses(bytes)) return Result::no_memory;
-  auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
+  if (ops_.overcommit_refuses(bytes)) return Result::no_memory;
   // Alignments above a granule: the user pointer sits one granule in, and
   // the extent starts one granule before an aligned address.
   auto align_g = static_cast<std::uint32_t>(align > G ? align / G : 1);
   std::uint32_t skew = align > G ? 1 : 0;
   if (skew == 0 && wants_huge(bytes) && align_g < kHugeGranules) align_g = kHugeGranules;
+  *pl = Plan{size, off, bytes, Extent::granules_of(bytes), align_g, skew};
+  return Result::ok;
+}
+
+// A cached block of about this size: its pages are already there. For a
+// block grown by realloc the whole warm block is kept (the reallocs that
+// follow grow into it): pl->bytes becomes its length.
+Extent LargePath::take_cached(Plan* pl, bool for_growth) {
+  std::uint32_t got = 0;
+  std::uint32_t s = cache_.take(pl->need, pl->align_g, pl->skew, for_growth, &got);
+  if (s == Arena::kNone) return Extent{};
+  if (for_growth) pl->bytes = Extent::bytes_of(got);
+  return Extent{s, Extent::granules_of(pl->bytes)};
+}
+
+// A miss: a fresh extent of the range, committed.
+Result LargePath::commit_fresh(Plan* pl, Extent* out) {
+  // What the cache holds does not fit this request. Shrink it by what is
+  // about to be faulted in, so reuse never adds to the peak.
+  cache_.evict_for(pl->bytes);
+  std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew);
+  // The range may only be full of cached blocks: give those back, retry.
+  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew);
+  if (s == Arena::kNone) return Result::no_room;
+  const Extent e{s, pl->need};
+  if (pal::Commit c = ops_.commit(e.base(a_), e.bytes()); c != pal::Commit::ok) {
+    a_.release(e.start, e.n);
+    return refusal(c);
+  }
+  if (wants_huge(e.bytes())) ops_.advise_hugepage(e.base(a_), e.bytes());
+  g.large_mapped.fetch_add(e.bytes(), std::memory_order_relaxed);
+  *out = e;
+  return Result::ok;
+}
+
+Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+  Plan pl;
+  if (Result r = plan(size, align, &pl); r != Result::ok) return r;
   // Before any lock is taken: a capture unwinds and looks up modules.
   const sites::Sample site = sites::on_allocate(size);
-  cache::purge(false);
-  cache::note_large_allocation();
+  cache_.purge(false);
+  if (on_allocation_ != nullptr) on_allocation_();
   stats::Slot* st = stats::slot();
 
-  // A cached block of about this size: its pages are already there.
-  std::uint32_t got = 0;
-  const bool for_growth = origin == Origin::realloc;
-  std::uint32_t s = cache::take(need, align_g, skew, for_growth, &got);
-  char* base;
-  if (s != Arena::kNone) {
-    base = a.addr(s);
-    if (for_growth) {
-      // Keep the whole warm block: the reallocs that follow grow into it.
-      bytes = std::size_t{got} << Arena::kGranuleShift;
-    }
+  Extent e = take_cached(&pl, origin == Origin::realloc);
+  if (e.found()) {
     // Reused pages hold old data: calloc's must read as zero.
-    if (origin == Origin::calloc) std::memset(base + off, 0, size);
+    if (origin == Origin::calloc) std::memset(e.base(a_) + pl.off, 0, size);
     stats::add(st, stats::kLargeReused, 1);
-  } else {
-    // A miss: what the cache holds does not fit this request. Shrink it by
-    // what is about to be faulted in, so reuse never adds to the peak.
-    cache::evict_for(bytes);
-    s = a.alloc(need, align_g, skew);
-    // The range may only be full of cached blocks: give those back, retry.
-    if (s == Arena::kNone && cache::purge(true) != 0) s = a.alloc(need, align_g, skew);
-    if (s == Arena::kNone) return Result::no_room;
-    base = a.addr(s);
-    if (pal::Commit c = pal::commit(base, bytes); c != pal::Commit::ok) {
-      a.release(s, need);
-      return refusal(c);
-    }
-    if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
-    g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
+  } else if (Result r = commit_fresh(&pl, &e); r != Result::ok) {
+    return r;
   }
   stats::add(st, stats::kLargeMaps, 1);
-  void* user = base + off;
-  encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
+  void* user = e.base(a_) + pl.off;
+  encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(e.base(a_)), pl.bytes, size, align,
                 origin, flags, current_tid(), site.site, site.weight);
-  a.publish(user, s, site.site);
+  a_.publish(user, e.start, site.site);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
-  std::size_t usable = bytes - off;
+  const std::size_t usable = pl.bytes - pl.off;
   stats::add(st, stats::kLargeRequested, size);
   stats::add(st, stats::kLargeOut, usable);
   stats::large_live_add(usable);
@@ -122,187 +145,256 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
   return Result::ok;
 }
 
-void release(void* p, const char* what) {
-  Arena& a = g.arena;
-  std::uint32_t s = a.claim(p);
+void LargePath::release(void* p, const char* what) {
+  std::uint32_t s = a_.claim(p);
   if (s == Arena::kNone) invalid(what, p);
-  std::uint32_t n = a.used_length(s);
-  std::size_t bytes = std::size_t{n} << Arena::kGranuleShift;
-  std::size_t usable = bytes - static_cast<std::size_t>(static_cast<char*>(p) - a.addr(s));
+  const Extent e = Extent::used_at(a_, s);
+  const std::size_t usable = e.usable_from(a_, p);
   g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
   stats::add(st, stats::kLargeUnmaps, 1);
   stats::add(st, stats::kLargeFreed, usable);
   stats::large_live_sub(usable);
   sites::released(header_of(p), p, usable);
-  if (cache::put(s, n)) {
+  if (cache_.put(e.start, e.n)) {
     stats::add(st, stats::kLargeCachedFrees, 1);
   } else {
-    pal::decommit(a.addr(s), bytes);
-    a.release(s, n);
-    g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
-    stats::add(st, stats::kLargeReturnedBytes, bytes);
+    ops_.decommit(e.base(a_), e.bytes());
+    a_.release(e.start, e.n);
+    g.large_mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
+    stats::add(st, stats::kLargeReturnedBytes, e.bytes());
   }
-  cache::purge(false);
+  cache_.purge(false);
 }
 
-std::size_t usable(const void* p, const char* what) {
-  Arena& a = g.arena;
-  std::uint32_t s = a.lookup(p);
+// The extent of the live block at p; aborts on an invalid pointer.
+Extent LargePath::live_extent(const void* p, const char* what) const {
+  std::uint32_t s = a_.lookup(p);
   if (s == Arena::kNone) invalid(what, p);
-  std::size_t off = static_cast<std::size_t>(static_cast<const char*>(p) - a.addr(s));
-  return (std::size_t{a.used_length(s)} << Arena::kGranuleShift) - off;
+  return Extent::used_at(a_, s);
 }
 
-Result resize(void* p, std::size_t size, void** out) {
-  Arena& a = g.arena;
-  std::uint32_t s = a.lookup(p);
-  if (s == Arena::kNone) invalid("realloc()", p);
-  char* base = a.addr(s);
-  auto off = static_cast<std::size_t>(static_cast<char*>(p) - base);
-  std::uint32_t n = a.used_length(s);
-  if (size > a.size() - off) return Result::no_room;
-  std::size_t bytes = round_up(off + size, G);
-  auto need = static_cast<std::uint32_t>(bytes >> Arena::kGranuleShift);
-  BlockHeader* h = header_of(p);
-  stats::Slot* st = stats::slot();
-  const std::size_t old_usable = (std::size_t{n} << Arena::kGranuleShift) - off;
-  std::size_t new_usable = bytes - off;
-  // Every successful resize hands out new_usable in place of old_usable.
-  auto account = [&](stats::Counter how) {
-    sites::resized(h, old_usable, new_usable, how == stats::kLargeRemaps || how == stats::kLargeCopies);
-    stats::add(st, how, 1);
-    stats::add(st, stats::kLargeRequested, size);
-    stats::add(st, stats::kLargeFreed, old_usable);
-    stats::add(st, stats::kLargeOut, new_usable);
-    stats::large_live_add(new_usable);
-    stats::large_live_sub(old_usable);
-  };
+std::size_t LargePath::usable(const void* p, const char* what) const {
+  return live_extent(p, what).usable_from(a_, p);
+}
 
-  if (need <= n) {
-    // Shrink only when the caller shrinks: a block growing inside spare room
-    // (a reused cached block) keeps it for the next growth step.
-    if (need < n && size < h->requested) {
-      std::size_t tail = std::size_t{n - need} << Arena::kGranuleShift;
-      pal::decommit(a.addr(s + need), tail);
-      a.shrink(s, n, need);
-      g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
-      stats::add(st, stats::kLargeReturnedBytes, tail);
-      h->length = bytes;
-    } else {
-      new_usable = old_usable;  // the extent stays as it is
-    }
-    h->requested = size;
-    account(stats::kLargeInPlace);
-    *out = p;
-    return Result::ok;
-  }
+// ---- resize ----
 
+struct LargePath::Change {
+  void* p;
+  BlockHeader* h;       // the block's header (the new one once moved)
+  Extent old;           // the block's extent before
+  std::size_t off;      // of the user pointer in the extent (kept by a move)
+  std::size_t size;     // asked for
+  std::size_t bytes;    // of the extent after
+  std::uint32_t need;   // granules after
+  std::size_t old_usable, new_usable;
+  stats::Slot* st;
+};
+
+// Every successful resize hands out new_usable in place of old_usable.
+void LargePath::account(const Change& c, unsigned how_) {
+  const auto how = static_cast<stats::Counter>(how_);
+  sites::resized(c.h, c.old_usable, c.new_usable, how == stats::kLargeRemaps || how == stats::kLargeCopies);
+  stats::add(c.st, how, 1);
+  stats::add(c.st, stats::kLargeRequested, c.size);
+  stats::add(c.st, stats::kLargeFreed, c.old_usable);
+  stats::add(c.st, stats::kLargeOut, c.new_usable);
+  stats::large_live_add(c.new_usable);
+  stats::large_live_sub(c.old_usable);
+}
+
+Result LargePath::resize(void* p, std::size_t size, void** out) {
+  const Extent e = live_extent(p, "realloc()");
+  const std::size_t off = e.offset_of(a_, p);
+  if (size > a_.size() - off) return Result::no_room;
+  const std::size_t bytes = round_up(off + size, G);
+  Change c{p,     header_of(p), e, off, size, bytes, Extent::granules_of(bytes), e.usable_from(a_, p),
+           bytes - off, stats::slot()};
+  if (c.need <= e.n) return shrink_in_place(c, out);
   // Growing by more than the kernel would grant: refused before the cache
   // is emptied for it (mremap checks only the growth too).
-  if (pal::overcommit_refuses(std::size_t{need - n} << Arena::kGranuleShift)) return Result::no_memory;
-
-  // Grow in place into the warm cached extent right behind the block (a
-  // block cut from a cached one has its rest there): no syscall, no fault.
-  if (cache::take_at(s + n, need - n)) {
-    a.join(s, n, need);
-    if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
-    h->length = bytes;
-    h->requested = size;
-    account(stats::kLargeInPlace);
-    stats::add(st, stats::kLargeReused, 1);
+  if (ops_.overcommit_refuses(Extent::bytes_of(c.need - e.n))) return Result::no_memory;
+  if (grow_into_cache(c) || grow_in_place(c)) {
     *out = p;
     return Result::ok;
   }
-  // Grow in place by carving the adjacent free extent: no copy, no move.
-  if (a.grow(s, n, need)) {
-    if (pal::commit(a.addr(s + n), std::size_t{need - n} << Arena::kGranuleShift) == pal::Commit::ok) {
-      // The whole block, not only the new tail: a head advised differently
-      // (it was under 2 MiB) would be a mapping of its own, which mremap
-      // may refuse to move and which gets no huge pages.
-      if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
-      g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
-      h->length = bytes;
-      h->requested = size;
-      account(stats::kLargeInPlace);
-      *out = p;
-      return Result::ok;
-    }
+  return move_block(c, out);
+}
+
+Result LargePath::shrink_in_place(Change& c, void** out) {
+  // Shrink only when the caller shrinks: a block growing inside spare room
+  // (a reused cached block) keeps it for the next growth step.
+  if (c.need < c.old.n && c.size < c.h->requested) {
+    const Extent tail{c.old.start + c.need, c.old.n - c.need};
+    ops_.decommit(tail.base(a_), tail.bytes());
+    a_.shrink(c.old.start, c.old.n, c.need);
+    g.large_mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
+    stats::add(c.st, stats::kLargeReturnedBytes, tail.bytes());
+    c.h->length = c.bytes;
+  } else {
+    c.new_usable = c.old_usable;  // the extent stays as it is
+  }
+  c.h->requested = c.size;
+  account(c, stats::kLargeInPlace);
+  *out = c.p;
+  return Result::ok;
+}
+
+// Grow in place into the warm cached extent right behind the block (a
+// block cut from a cached one has its rest there): no syscall, no fault.
+bool LargePath::grow_into_cache(Change& c) {
+  if (!cache_.take_at(c.old.end(), c.need - c.old.n)) return false;
+  a_.join(c.old.start, c.old.n, c.need);
+  if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
+  c.h->length = c.bytes;
+  c.h->requested = c.size;
+  account(c, stats::kLargeInPlace);
+  stats::add(c.st, stats::kLargeReused, 1);
+  return true;
+}
+
+// Grow in place by carving the adjacent free extent: no copy, no move.
+bool LargePath::grow_in_place(Change& c) {
+  if (!a_.grow(c.old.start, c.old.n, c.need)) return false;
+  const Extent tail{c.old.end(), c.need - c.old.n};
+  if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
     // Refused (at vm.max_map_count it may need a split): try a move, which
     // may find a cached block that needs no syscall.
-    a.shrink(s, need, n);
+    a_.shrink(c.old.start, c.need, c.old.n);
+    return false;
   }
+  // The whole block, not only the new tail: a head advised differently
+  // (it was under 2 MiB) would be a mapping of its own, which mremap
+  // may refuse to move and which gets no huge pages.
+  if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
+  g.large_mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
+  c.h->length = c.bytes;
+  c.h->requested = c.size;
+  account(c, stats::kLargeInPlace);
+  return true;
+}
 
-  // Move: a new extent, the user pointer at the same offset in it (realloc
-  // need not keep an alignment above 16, and pages move whole). A cached
-  // block of up to 4x is taken whole: the old pages move into its front, and
-  // its warm back is where the next growth steps land, in place.
-  std::size_t old_bytes = std::size_t{n} << Arena::kGranuleShift;
-  const std::uint32_t huge_g = wants_huge(bytes) ? kHugeGranules : 1;
+// The extent a moving block goes to. A cached block of up to 4x is taken
+// whole (*warm): the old pages move into its front, and its warm back is
+// where the next growth steps land, in place.
+Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
+  const std::uint32_t huge_g = wants_huge(c.bytes) ? kHugeGranules : 1;
   std::uint32_t got = 0;
-  std::uint32_t ns = cache::take(need, huge_g, 0, true, &got);
-  const bool warm = ns != Arena::kNone;
-  if (warm) {
-    need = got;
-    bytes = std::size_t{got} << Arena::kGranuleShift;
-    new_usable = bytes - off;
-    stats::add(st, stats::kLargeReused, 1);
+  std::uint32_t ns = cache_.take(c.need, huge_g, 0, true, &got);
+  *warm = ns != Arena::kNone;
+  if (*warm) {
+    c.need = got;
+    c.bytes = Extent::bytes_of(got);
+    c.new_usable = c.bytes - c.off;
+    stats::add(c.st, stats::kLargeReused, 1);
   } else {
-    cache::evict_for(bytes - old_bytes);
-    ns = a.alloc(need, huge_g, 0);
-    if (ns == Arena::kNone && cache::purge(true) != 0) ns = a.alloc(need, huge_g, 0);
+    cache_.evict_for(c.bytes - c.old.bytes());
+    ns = a_.alloc(c.need, huge_g, 0);
+    if (ns == Arena::kNone && cache_.purge(true) != 0) ns = a_.alloc(c.need, huge_g, 0);
     if (ns == Arena::kNone) return Result::no_room;
   }
-  char* nbase = a.addr(ns);
+  *to = Extent{ns, c.need};
+  return Result::ok;
+}
+
+// Move: a new extent, the user pointer at the same offset in it (realloc
+// need not keep an alignment above 16, and pages move whole).
+Result LargePath::move_block(Change& c, void** out) {
+  Extent to;
+  bool warm = false;
+  if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
+  const std::size_t old_bytes = c.old.bytes();
+  char* nbase = to.base(a_);
   // Commit the tail first, so that once the pages have moved nothing can fail.
   if (!warm) {
-    if (pal::Commit c = pal::commit(nbase + old_bytes, bytes - old_bytes); c != pal::Commit::ok) {
-      a.release(ns, need);
-      return refusal(c);
+    if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
+      a_.release(to.start, to.n);
+      return refusal(r);
     }
   }
-  bool moved = pal::move_pages(base, old_bytes, nbase);
+  const bool moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
   if (!moved) {
-    // mremap refused (an old kernel, or the block spans several VMAs since
-    // someone madvised part of it): copy all the old block's usable bytes,
-    // which the program may have written (glibc keeps them too).
-    if (pal::Commit c = warm ? pal::Commit::ok : pal::commit(nbase, old_bytes); c != pal::Commit::ok) {
-      // Only the tail was committed; the head's pages are still dropped.
-      pal::decommit(nbase + old_bytes, bytes - old_bytes);
-      a.release(ns, need);
-      return refusal(c);
-    }
-    // The new block is larger than the old one's usable size (need > n).
-    const std::size_t keep = old_bytes - off;
-    std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
-    std::memcpy(nbase + off, p, keep);
-    stats::add(st, stats::kLargeCopyBytes, keep);
-    stats::add(st, stats::kLargeReturnedBytes, old_bytes);
+    if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
   } else {
-    stats::add(st, stats::kLargeRemapBytes, old_bytes);
+    stats::add(c.st, stats::kLargeRemapBytes, old_bytes);
   }
+  finish_move(c, to, warm, moved, out);
+  return Result::ok;
+}
+
+// mremap refused (an old kernel, or the block spans several VMAs since
+// someone madvised part of it): copy all the old block's usable bytes,
+// which the program may have written (glibc keeps them too).
+Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
+  const std::size_t old_bytes = c.old.bytes();
+  char* nbase = to.base(a_);
+  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
+    // Only the tail was committed; the head's pages are still dropped.
+    ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
+    a_.release(to.start, to.n);
+    return refusal(r);
+  }
+  // The new block is larger than the old one's usable size (need > n).
+  const std::size_t keep = c.old_usable;
+  std::memcpy(nbase + c.off - sizeof(BlockHeader), c.h, sizeof(BlockHeader));
+  std::memcpy(nbase + c.off, c.p, keep);
+  stats::add(c.st, stats::kLargeCopyBytes, keep);
+  stats::add(c.st, stats::kLargeReturnedBytes, old_bytes);
+  return Result::ok;
+}
+
+// The block's header and pointer now live in `to`: account, give the old
+// extent back, publish the new one.
+void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** out) {
+  const std::size_t old_bytes = c.old.bytes();
+  char* nbase = to.base(a_);
   // Advised once the head is in: moved pages keep their old mapping's
   // flags, and a head that was under 2 MiB would otherwise get no huge
   // pages. (A moved head stays a mapping of its own all the same: the
   // kernel does not merge anonymous memory that mremap moved with memory
   // mapped where it landed.)
-  if (wants_huge(bytes)) pal::advise_hugepage(nbase, bytes);
-  void* user = nbase + off;
+  if (wants_huge(c.bytes)) ops_.advise_hugepage(nbase, c.bytes);
+  void* user = nbase + c.off;
   BlockHeader* nh = header_of(user);
-  h = nh;  // the old pages are gone (moved, or about to be): account on the copy
-  account(moved ? stats::kLargeRemaps : stats::kLargeCopies);
+  c.h = nh;  // the old pages are gone (moved, or about to be): account on the copy
+  account(c, moved ? stats::kLargeRemaps : stats::kLargeCopies);
   nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
-  nh->length = bytes;
-  nh->requested = size;
-  a.claim(p);
-  pal::decommit(base, old_bytes);
-  a.release(s, n);
-  a.publish(user, ns, nh->site);
+  nh->length = c.bytes;
+  nh->requested = c.size;
+  a_.claim(c.p);
+  ops_.decommit(c.old.base(a_), old_bytes);
+  a_.release(c.old.start, c.old.n);
+  a_.publish(user, to.start, nh->site);
   if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
-  else g.large_mapped.fetch_add(bytes - old_bytes, std::memory_order_relaxed);
+  else g.large_mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);
   *out = user;
-  return Result::ok;
 }
+
+// ---- the process's large path ----
+
+namespace {
+constinit LargePath the_path{g.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};
+}  // namespace
+
+Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+  Result r = the_path.allocate(size, align, origin, flags, out);
+  if constexpr (invariants::kEnabled) invariants::after_large_op();
+  return r;
+}
+
+void release(void* p, const char* what) {
+  the_path.release(p, what);
+  if constexpr (invariants::kEnabled) invariants::after_large_op();
+}
+
+Result resize(void* p, std::size_t size, void** out) {
+  Result r = the_path.resize(p, size, out);
+  if constexpr (invariants::kEnabled) invariants::after_large_op();
+  return r;
+}
+
+std::size_t usable(const void* p, const char* what) { return the_path.usable(p, what); }
 
 }  // namespace lowtide::large

@@ -3,9 +3,16 @@
 #pragma once
 #include <cstddef>
 
+#include "arena.hpp"
 #include "header.hpp"
+#include "platform.hpp"
 
-namespace lowtide::large {
+namespace lowtide {
+namespace cache {
+class ReuseCache;
+}
+
+namespace large {
 
 // no_memory: out of memory (ENOMEM), by the kernel's overcommit check.
 // no_room: the reserved range cannot take the block; no_mapping: the kernel
@@ -32,4 +39,44 @@ Result resize(void* p, std::size_t size, void** out);
 // Bytes usable at p; aborts on an invalid pointer.
 std::size_t usable(const void* p, const char* what);
 
-}  // namespace lowtide::large
+// The large path over what it works on: an arena, the reuse cache cutting
+// and joining extents in it, and the page operations (tests/unit drive one
+// over a fake platform). The functions above are the process's instance:
+// g.arena, cache::production(), pal::kPageOps (wired in large_path.cpp).
+// Process-wide totals (g.large_mapped, g.large_blocks), the counters and the
+// call sites are kept by every instance.
+class LargePath {
+ public:
+  constexpr LargePath(Arena& arena, cache::ReuseCache& cache, const pal::PageOps& ops,
+                      void (*on_allocation)() = nullptr)
+      : a_(arena), cache_(cache), ops_(ops), on_allocation_(on_allocation) {}
+
+  Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out);
+  void release(void* p, const char* what);
+  Result resize(void* p, std::size_t size, void** out);
+  std::size_t usable(const void* p, const char* what) const;
+
+ private:
+  struct Plan;
+  struct Change;
+  Result plan(std::size_t size, std::size_t align, Plan* pl) const;
+  Extent take_cached(Plan* pl, bool for_growth);
+  Result commit_fresh(Plan* pl, Extent* out);
+  Extent live_extent(const void* p, const char* what) const;
+  void account(const Change& c, unsigned how);
+  Result shrink_in_place(Change& c, void** out);
+  bool grow_into_cache(Change& c);
+  bool grow_in_place(Change& c);
+  Result find_new_extent(Change& c, Extent* to, bool* warm);
+  Result move_block(Change& c, void** out);
+  Result copy_instead(Change& c, Extent to, bool warm);
+  void finish_move(Change& c, Extent to, bool warm, bool moved, void** out);
+
+  Arena& a_;
+  cache::ReuseCache& cache_;
+  const pal::PageOps& ops_;
+  void (*on_allocation_)();
+};
+
+}  // namespace large
+}  // namespace lowtide

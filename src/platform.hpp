@@ -55,4 +55,17 @@ int current_tid();
 // CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
 std::uint64_t now_ns();
 
+// The page operations of the large path and its reuse cache, as one table:
+// production code uses kPageOps (the functions above), tests a fake that
+// fails on demand. Large calls make a syscall anyway, so the indirect call
+// costs nothing there; the small-block path never goes through it.
+struct PageOps {
+  Commit (*commit)(void* p, std::size_t len);
+  void (*decommit)(void* p, std::size_t len);
+  bool (*move_pages)(void* src, std::size_t len, void* dst);
+  void (*advise_hugepage)(void* p, std::size_t len);
+  bool (*overcommit_refuses)(std::size_t len);
+};
+inline constexpr PageOps kPageOps{&commit, &decommit, &move_pages, &advise_hugepage, &overcommit_refuses};
+
 }  // namespace lowtide::pal

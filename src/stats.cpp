@@ -217,3 +217,8 @@ void fork_child() {
 }
 
 }  // namespace lowtide::stats
+
+namespace lowtide::stats {
+// For the invariant checks (invariants.hpp).
+std::uint64_t large_live_now() { return large_live.load(std::memory_order_relaxed); }
+}  // namespace lowtide::stats

@@ -1,0 +1,261 @@
+// The reuse cache alone: a ReuseCache over a test arena, with a fake clock
+// and fake page operations (nothing here is ever committed: the cache only
+// moves extents between itself and the arena).
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "arena.hpp"
+#include "large_cache.hpp"
+
+using lowtide::Arena;
+using lowtide::Extent;
+using lowtide::cache::Deps;
+using lowtide::cache::ReuseCache;
+
+namespace {
+
+constexpr std::size_t G = Arena::kGranule;
+constexpr std::uint64_t kDecay = 1000;  // ns of the fake clock
+
+std::uint64_t fake_now = 0;
+std::size_t decommitted = 0;  // bytes the cache dropped
+std::size_t returned = 0;     // bytes it reported given back
+std::vector<Extent> decommits;
+
+std::uint64_t fake_clock() { return fake_now; }
+void fake_decommit(void* p, std::size_t len) {
+  (void)p;
+  decommitted += len;
+  decommits.push_back(Extent{0, static_cast<std::uint32_t>(len / G)});
+}
+void fake_returned(std::size_t bytes) { returned += bytes; }
+
+constexpr Deps kFakeDeps{&fake_clock, &fake_decommit, &fake_returned};
+
+Arena& test_arena() {
+  static Arena a;  // one 64 MiB reservation for every case
+  static bool ok = a.init(std::size_t{64} << 20, std::size_t{64} << 20);
+  REQUIRE(ok);
+  return a;
+}
+
+// A fresh cache over the test arena, the fakes reset; at the end of the case
+// everything must be back in the arena, as one free extent, consistent.
+struct Rig {
+  Arena& a = test_arena();
+  std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
+  ReuseCache c{a, kFakeDeps};
+  std::vector<Extent> live;  // extents the test holds (the "program's")
+  explicit Rig(std::size_t cap, std::uint64_t decay = kDecay) {
+    REQUIRE(a.free_granules() == total);
+    c.configure(cap, decay);
+    fake_now = 0;
+    decommitted = returned = 0;
+    decommits.clear();
+  }
+  ~Rig() {
+    c.purge(true);
+    for (Extent e : live) a.release(e.start, e.n);
+    CHECK(a.check() == nullptr);
+    CHECK(a.free_granules() == total);
+  }
+  // A used extent of n granules; `gap` more granules after it stay used by
+  // the program, so extents put one after another never touch.
+  Extent used(std::uint32_t n, std::uint32_t gap = 1) {
+    std::uint32_t s = a.alloc(n + gap, 1);
+    REQUIRE(s != Arena::kNone);
+    if (gap == 0) return Extent{s, n};
+    a.split(s, n + gap, n);
+    live.push_back(Extent{s + n, gap});
+    return Extent{s, n};
+  }
+  bool put(Extent e) { return c.put(e.start, e.n); }
+};
+
+}  // namespace
+
+TEST_CASE("cache: an entry goes back to the arena once the decay period has passed") {
+  Rig r(64 * G);
+  Extent e = r.used(4);
+  REQUIRE(r.put(e));
+  CHECK(r.c.cached_bytes() == e.bytes());
+  CHECK(r.c.check() == nullptr);
+  fake_now = kDecay - 1;
+  CHECK(r.c.purge(false) == 0);
+  CHECK(r.c.cached_bytes() == e.bytes());
+  fake_now = kDecay;
+  CHECK(r.c.purge(false) == e.bytes());
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(decommitted == e.bytes());
+  CHECK(returned == e.bytes());
+  CHECK(!r.a.is_used_extent(e.start, e.n));
+  CHECK(r.a.check() == nullptr);
+}
+
+TEST_CASE("cache: while it is being drawn from, entries live up to kBusyAgeFactor periods") {
+  Rig r(64 * G);
+  Extent a = r.used(8);
+  REQUIRE(r.put(a));
+  Extent singles[4];
+  for (Extent& e : singles) {
+    e = r.used(1);
+    REQUIRE(r.put(e));
+  }
+  // A take every 0.9 periods keeps the cache busy: a outlives its period.
+  std::uint32_t got = 0;
+  for (int i = 0; i < 4; ++i) {
+    fake_now = kDecay * 9 / 10 * static_cast<std::uint64_t>(i + 1);
+    CHECK(r.c.purge(false) == 0);
+    std::uint32_t s = r.c.take(1, 1, 0, false, &got);  // a single: the smallest that fits
+    CHECK(s != a.start);
+    REQUIRE(s != lowtide::Arena::kNone);
+    r.live.push_back(Extent{s, 1});
+  }
+  fake_now = kDecay * ReuseCache::kBusyAgeFactor - 1;
+  CHECK(r.c.purge(false) == 0);
+  // Busy or not, kBusyAgeFactor periods is the most.
+  fake_now = kDecay * ReuseCache::kBusyAgeFactor;
+  CHECK(r.c.purge(false) == a.bytes());
+  CHECK(r.c.cached_bytes() == 0);
+}
+
+TEST_CASE("cache: once nobody takes, the busy extension ends a period after the last take") {
+  Rig r(64 * G);
+  Extent a = r.used(4), b = r.used(2);
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  fake_now = kDecay / 2;
+  std::uint32_t got = 0;
+  CHECK(r.c.take(2, 1, 0, false, &got) == b.start);  // the smallest that fits
+  CHECK(got == 2);
+  r.live.push_back(b);
+  fake_now = kDecay / 2 + kDecay - 1;  // a is past its period, the take recent
+  CHECK(r.c.purge(false) == 0);
+  fake_now = kDecay / 2 + kDecay;
+  CHECK(r.c.purge(false) == a.bytes());
+  CHECK(r.c.cached_bytes() == 0);
+}
+
+TEST_CASE("cache: the byte cap returns the oldest bytes first, and refuses a block above it") {
+  Rig r(5 * G);
+  Extent a = r.used(3), b = r.used(3), big = r.used(6);
+  CHECK(!r.put(big));  // alone past the cap: the caller returns it
+  r.live.push_back(big);
+  REQUIRE(r.put(a));
+  fake_now = 10;
+  REQUIRE(r.put(b));
+  // 6 granules over a cap of 5: a's front granule goes back.
+  CHECK(r.c.cached_bytes() == 5 * G);
+  CHECK(returned == G);
+  CHECK(!r.a.is_used_extent(a.start, 1));
+  CHECK(r.a.is_used_extent(a.start + 1, 2));
+  CHECK(r.a.is_used_extent(b.start, 3));
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: at most kSlots entries; a put into a full cache returns the oldest") {
+  Rig r(std::size_t{64} << 20);
+  std::vector<Extent> es;
+  for (int i = 0; i <= ReuseCache::kSlots; ++i) {
+    es.push_back(r.used(1));
+    fake_now = static_cast<std::uint64_t>(i);
+    REQUIRE(r.put(es.back()));
+  }
+  CHECK(r.c.entries() == ReuseCache::kSlots);
+  CHECK(r.c.cached_bytes() == ReuseCache::kSlots * G);
+  CHECK(returned == G);
+  CHECK(!r.a.is_used_extent(es[0].start, 1));  // the oldest, back in the arena
+  CHECK(r.a.is_used_extent(es[1].start, 1));
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: touching entries are joined into one extent") {
+  Rig r(64 * G);
+  Extent whole = r.used(9);
+  r.a.split(whole.start, 9, 2);
+  r.a.split(whole.start + 2, 7, 3);  // [2][3][4]
+  REQUIRE(r.c.put(whole.start, 2));
+  REQUIRE(r.c.put(whole.start + 5, 4));
+  CHECK(r.c.entries() == 2);
+  REQUIRE(r.c.put(whole.start + 2, 3));  // the middle joins both
+  CHECK(r.c.entries() == 1);
+  CHECK(r.a.is_used_extent(whole.start, 9));
+  CHECK(r.c.cached_bytes() == 9 * G);
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: take cuts the front and the rest keeps its age; evict_for trims oldest first") {
+  Rig r(64 * G);
+  Extent x = r.used(8), y = r.used(2);
+  REQUIRE(r.put(x));  // at 0
+  fake_now = 50;
+  REQUIRE(r.put(y));  // at 50
+  fake_now = 60;
+  std::uint32_t got = 0;
+  CHECK(r.c.take(3, 1, 0, false, &got) == x.start);  // y is too small
+  CHECK(got == 3);
+  r.live.push_back(Extent{x.start, 3});
+  CHECK(r.a.is_used_extent(x.start, 3));
+  CHECK(r.a.is_used_extent(x.start + 3, 5));
+  CHECK(r.c.cached_bytes() == 7 * G);
+  CHECK(r.c.check() == nullptr);
+  // Within the slack nothing goes.
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G);
+  CHECK(returned == 0);
+  // One granule over: the front of x's rest, the oldest (it kept age 0;
+  // re-aged at the take, y would be older).
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G + 1);
+  CHECK(returned == G);
+  CHECK(!r.a.is_used_extent(x.start + 3, 1));
+  CHECK(r.a.is_used_extent(x.start + 4, 4));
+  CHECK(r.a.is_used_extent(y.start, 2));
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: a take for growth gets up to 4x, take_at grows a block into the entry behind it") {
+  Rig r(64 * G);
+  Extent x = r.used(16);
+  REQUIRE(r.put(x));
+  std::uint32_t got = 0;
+  CHECK(r.c.take(2, 1, 0, true, &got) == x.start);
+  CHECK(got == 8);
+  CHECK(!r.c.take_at(x.start + 8, 9));  // longer than the entry
+  CHECK(r.c.take_at(x.start + 8, 3));
+  r.a.join(x.start, 8, 11);
+  r.live.push_back(Extent{x.start, 11});
+  CHECK(r.c.cached_bytes() == 5 * G);
+  CHECK(r.a.is_used_extent(x.start + 11, 5));
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: an aligned take skips entries not aligned as asked") {
+  Rig r(std::size_t{64} << 20);
+  // 32-granule alignment (2 MiB): an extent starting one granule past such
+  // a boundary fits only with skew 1.
+  std::uint32_t s = r.a.alloc(33, 32);
+  REQUIRE(s != Arena::kNone);
+  r.a.split(s, 33, 1);
+  r.live.push_back(Extent{s, 1});
+  REQUIRE(r.c.put(s + 1, 32));
+  std::uint32_t got = 0;
+  CHECK(r.c.take(4, 32, 0, false, &got) == Arena::kNone);
+  CHECK(r.c.take(4, 32, 31, false, &got) == s + 1);
+  r.live.push_back(Extent{s + 1, 4});
+}
+
+TEST_CASE("cache: refused puts, and check() reports an entry that is not the arena's extent") {
+  Rig r(64 * G);
+  Extent x = r.used(4);
+  r.c.refuse_puts(true);
+  CHECK(!r.put(x));
+  r.c.refuse_puts(false);
+  REQUIRE(r.put(x));
+  CHECK(r.c.check() == nullptr);
+  r.a.split(x.start, 4, 1);  // behind the cache's back
+  const char* why = r.c.check();
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("not one used extent") != std::string::npos);
+  r.a.join(x.start, 1, 4);
+  CHECK(r.c.check() == nullptr);
+}

@@ -1,0 +1,235 @@
+// The large path alone, over a test arena and a fake platform: the real
+// page operations, each made to fail on demand.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+
+#include "arena.hpp"
+#include "large_cache.hpp"
+#include "large_path.hpp"
+#include "platform.hpp"
+#include "state.hpp"
+
+using lowtide::Arena;
+using lowtide::Origin;
+using lowtide::large::LargePath;
+using lowtide::large::Result;
+namespace pal = lowtide::pal;
+
+namespace {
+
+constexpr std::size_t G = Arena::kGranule;
+
+// What the fake platform refuses next.
+struct Faults {
+  int commits_ok = -1;  // commits that succeed before the failures; -1: all
+  int commits_failing = 0;
+  pal::Commit fail_as = pal::Commit::refused;
+  bool refuse_move = false;
+  bool refuse_overcommit = false;
+  int commits = 0, moves = 0;
+};
+Faults faults;
+
+pal::Commit fake_commit(void* p, std::size_t len) {
+  ++faults.commits;
+  if (faults.commits_ok > 0) {
+    --faults.commits_ok;
+  } else if (faults.commits_ok == 0 && faults.commits_failing > 0) {
+    --faults.commits_failing;
+    return faults.fail_as;
+  }
+  return pal::commit(p, len);
+}
+bool fake_move(void* src, std::size_t len, void* dst) {
+  ++faults.moves;
+  return faults.refuse_move ? false : pal::move_pages(src, len, dst);
+}
+bool fake_overcommit(std::size_t len) { return faults.refuse_overcommit || pal::overcommit_refuses(len); }
+
+constexpr pal::PageOps kFakeOps{&fake_commit, &pal::decommit, &fake_move, &pal::advise_hugepage, &fake_overcommit};
+
+std::uint64_t fake_now = 0;
+std::uint64_t fake_clock() { return fake_now; }
+constexpr lowtide::cache::Deps kCacheDeps{&fake_clock, &pal::decommit, &lowtide::cache::account_returned};
+
+Arena& test_arena() {
+  static Arena a;
+  static bool ok = a.init(std::size_t{64} << 20, std::size_t{64} << 20);
+  REQUIRE(ok);
+  return a;
+}
+
+// A large path over the test arena with its own cache (cap 0 unless asked):
+// at the end of each case the arena must be whole and consistent again, and
+// every byte committed given back.
+struct Rig {
+  Arena& a = test_arena();
+  std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
+  std::size_t mapped0 = lowtide::g.large_mapped.load();
+  std::size_t blocks0 = lowtide::g.large_blocks.load();
+  lowtide::cache::ReuseCache cache{a, kCacheDeps};
+  LargePath path{a, cache, kFakeOps};
+  explicit Rig(std::size_t cap = 0) {
+    faults = Faults{};
+    cache.configure(cap, 1000);
+    REQUIRE(a.free_granules() == total);
+  }
+  ~Rig() {
+    cache.purge(true);
+    CHECK(a.check() == nullptr);
+    CHECK(a.free_granules() == total);
+    CHECK(lowtide::g.large_mapped.load() == mapped0);
+    CHECK(lowtide::g.large_blocks.load() == blocks0);
+  }
+  void* alloc(std::size_t size, std::size_t align = 16, Origin o = Origin::malloc) {
+    void* p = nullptr;
+    REQUIRE(path.allocate(size, align, o, 0, &p) == Result::ok);
+    return p;
+  }
+};
+
+void fill(void* p, std::size_t n, unsigned seed) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+}
+bool same(const void* p, std::size_t n, unsigned seed) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i)
+    if (b[i] != static_cast<unsigned char>((i * 131 + seed) >> 3)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("large path: allocate, grow, shrink and release over a fake platform") {
+  Rig r;
+  void* p = r.alloc(200 << 10);
+  CHECK(r.path.usable(p, "test") >= (200 << 10));
+  fill(p, 200 << 10, 1);
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 3 << 20, &q) == Result::ok);
+  CHECK(same(q, 200 << 10, 1));
+  CHECK(r.path.usable(q, "test") >= (3u << 20));
+  void* s = nullptr;
+  REQUIRE(r.path.resize(q, 300 << 10, &s) == Result::ok);
+  CHECK(s == q);  // shrinks in place
+  CHECK(r.path.usable(s, "test") < (400u << 10));
+  CHECK(same(s, 200 << 10, 1));
+  CHECK(r.a.check() == nullptr);
+  r.path.release(s, "test");
+}
+
+TEST_CASE("large path: a refused commit leaves nothing behind") {
+  Rig r;
+  void* p = nullptr;
+  SECTION("the kernel will not map it: no_mapping") {
+    faults.commits_ok = 0;
+    faults.commits_failing = 1;
+    faults.fail_as = pal::Commit::refused;
+    CHECK(r.path.allocate(1 << 20, 16, Origin::malloc, 0, &p) == Result::no_mapping);
+  }
+  SECTION("over the overcommit limit: no_memory") {
+    faults.commits_ok = 0;
+    faults.commits_failing = 1;
+    faults.fail_as = pal::Commit::over_limit;
+    CHECK(r.path.allocate(1 << 20, 16, Origin::malloc, 0, &p) == Result::no_memory);
+  }
+  SECTION("overcommit refuses up front: no_memory, no commit tried") {
+    faults.refuse_overcommit = true;
+    CHECK(r.path.allocate(1 << 20, 16, Origin::malloc, 0, &p) == Result::no_memory);
+    CHECK(faults.commits == 0);
+  }
+  CHECK(p == nullptr);
+  CHECK(faults.commits_failing == 0);
+}
+
+TEST_CASE("large path: mremap refused, the copy keeps the old block's usable bytes") {
+  Rig r;
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 7);
+  faults.refuse_move = true;
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(faults.moves == 1);
+  CHECK(same(q, old_usable, 7));  // min(old usable, new size) bytes kept
+  CHECK(r.path.usable(q, "test") >= (1u << 20));
+  // The rest of the new block is fresh zero pages.
+  const auto* tail = static_cast<const unsigned char*>(q) + old_usable;
+  bool zero = true;
+  for (std::size_t i = 0; i < (1u << 20) - old_usable; ++i) zero &= tail[i] == 0;
+  CHECK(zero);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {
+  Rig r;
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 3);
+  const std::uint32_t free_before = r.a.free_granules();
+  void* q = nullptr;
+  SECTION("the new extent's tail refused") {
+    faults.commits_ok = 0;
+    faults.commits_failing = 1;
+    faults.fail_as = pal::Commit::over_limit;
+    CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_memory);
+  }
+  SECTION("mremap refused, then the head's commit for the copy refused") {
+    faults.refuse_move = true;
+    faults.commits_ok = 1;  // the tail
+    faults.commits_failing = 1;
+    faults.fail_as = pal::Commit::refused;
+    CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
+  }
+  SECTION("overcommit refuses the growth") {
+    faults.refuse_overcommit = true;
+    const int commits = faults.commits;
+    CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_memory);
+    CHECK(faults.commits == commits);
+  }
+  CHECK(q == nullptr);
+  CHECK(r.a.free_granules() == free_before);
+  CHECK(r.a.check() == nullptr);
+  CHECK(r.path.usable(p, "test") == old_usable);
+  CHECK(same(p, old_usable, 3));
+  r.path.release(p, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("large path: growth in place refused by the kernel falls back to a move") {
+  Rig r;
+  void* p = r.alloc(256 << 10);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 5);
+  faults.commits_ok = 0;
+  faults.commits_failing = 1;  // the commit of the adjacent free granules
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(same(q, old_usable, 5));
+  CHECK(r.a.check() == nullptr);
+  r.path.release(q, "test");
+}
+
+TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed") {
+  Rig r(std::size_t{16} << 20);
+  void* p = r.alloc(512 << 10);
+  fill(p, 512 << 10, 9);
+  r.path.release(p, "test");
+  CHECK(r.cache.cached_bytes() != 0);
+  const int commits = faults.commits;
+  void* q = r.alloc(512 << 10, 16, Origin::calloc);
+  CHECK(faults.commits == commits);  // warm pages, no commit
+  const auto* b = static_cast<const unsigned char*>(q);
+  bool zero = true;
+  for (std::size_t i = 0; i < (512u << 10); ++i) zero &= b[i] == 0;
+  CHECK(zero);
+  CHECK(r.cache.check() == nullptr);
+  r.path.release(q, "test");
+}
