@@ -9,6 +9,7 @@
 namespace lowtide::forward {
 
 Winner winner{};
+std::atomic<bool> probe_hit{false};
 
 namespace {
 template <typename F>
@@ -29,11 +30,11 @@ bool detect() {
   if (global_malloc == nullptr) return false;
   int expected = kReady;
   if (!g.mode.compare_exchange_strong(expected, kProbing, std::memory_order_acq_rel)) return false;
-  g.probe_hit.store(false, std::memory_order_relaxed);
+  forward::probe_hit.store(false, std::memory_order_relaxed);
   t_local.in_init = 1;
   void* p = global_malloc(24);
   t_local.in_init = 0;
-  bool ours = g.probe_hit.load(std::memory_order_relaxed);
+  bool ours = forward::probe_hit.load(std::memory_order_relaxed);
   bool ok = !ours && bind(&winner.malloc, "malloc") && bind(&winner.free, "free") &&
             bind(&winner.calloc, "calloc") && bind(&winner.realloc, "realloc") &&
             bind(&winner.memalign, "memalign") && bind(&winner.posix_memalign, "posix_memalign") &&

@@ -3,6 +3,7 @@
 // call is forwarded to the allocator that won, so no pointer ever meets an
 // allocator that did not make it.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <malloc.h>
 
@@ -23,6 +24,9 @@ struct Winner {
 };
 
 extern Winner winner;
+
+// Set by our own malloc when detect()'s probe call reaches it (init.cpp).
+extern std::atomic<bool> probe_hit;
 
 // Called once from lowtide's constructor: true when some other object's
 // malloc is the one the dynamic linker binds globally; fills `winner`.

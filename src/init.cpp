@@ -11,6 +11,8 @@
 #include "parse.hpp"
 #include "platform.hpp"
 #include "large_cache.hpp"
+#include "large_path.hpp"
+#include "route.hpp"
 #include "report.hpp"
 #include "sites.hpp"
 #include "small_path.hpp"
@@ -45,16 +47,16 @@ void before_fork() {
   sites::fork_prepare();
   stats::fork_prepare();
   cache::fork_prepare();
-  g.arena.lock();
+  large::space.arena.lock();
 }
 void after_fork_parent() {
-  g.arena.unlock();
+  large::space.arena.unlock();
   cache::fork_parent();
   stats::fork_parent();
   sites::fork_parent();
 }
 void after_fork_child() {
-  g.arena.reset_after_fork();
+  large::space.arena.reset_after_fork();
   cache::fork_child();
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
@@ -73,12 +75,12 @@ void init_once() {
   // mimalloc leaves behind).
   if (secure) small::ignore_environment();
   load_config(&g.config, environ, secure, &warn_option);
-  g.cutoff = g.config.get(Opt::cutoff);
-  g.shrink_below = g.cutoff / 2;
+  route::settings.cutoff = g.config.get(Opt::cutoff);
+  route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
   stats::init();
   cache::init();
-  g.hugepages = g.config.get(Opt::hugepages) == 0;  // "on" is the first word
+  large::space.hugepages = g.config.get(Opt::hugepages) == 0;  // "on" is the first word
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
   // although it commits nothing: take at most an eighth of the limit so the
@@ -86,12 +88,12 @@ void init_once() {
   struct rlimit as;
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && want > as.rlim_cur / 8)
     want = static_cast<std::size_t>(as.rlim_cur / 8);
-  if (!g.arena.init(want, std::size_t{64} << 20)) {
-    g.large_disabled = true;
+  if (!large::space.arena.init(want, std::size_t{64} << 20)) {
+    large::space.disabled = true;
     char buf[32];
     log::warn("could not reserve address space for large blocks (ulimit -v?); "
               "blocks of {} and more go to mimalloc instead",
-              format_size(g.cutoff, buf, sizeof buf));
+              format_size(route::settings.cutoff, buf, sizeof buf));
   }
   // Registered before anything else can be (we are in the first allocation),
   // so our prepare handler runs last and our child handler first.
@@ -119,7 +121,7 @@ int mode_slow() {
     }
     // kIniting or kProbing: the thread doing it is served; others wait.
     if (t_local.in_init) {
-      if (m == kProbing) g.probe_hit.store(true, std::memory_order_relaxed);
+      if (m == kProbing) forward::probe_hit.store(true, std::memory_order_relaxed);
       return kReady;
     }
     ::sched_yield();

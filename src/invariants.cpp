@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "large_cache.hpp"
+#include "large_space.hpp"
 #include "platform.hpp"
 #include "state.hpp"
 
@@ -17,8 +18,8 @@ std::atomic<unsigned> ops{0};
 }  // namespace
 
 const char* check_counters() {
-  if (g.large_blocks.load(std::memory_order_relaxed) >= kNegative) return "counters: large_blocks below zero";
-  if (g.large_mapped.load(std::memory_order_relaxed) >= kNegative) return "counters: large_mapped below zero";
+  if (large::space.blocks.load(std::memory_order_relaxed) >= kNegative) return "counters: large_blocks below zero";
+  if (large::space.mapped.load(std::memory_order_relaxed) >= kNegative) return "counters: large_mapped below zero";
   if (stats::large_live_now() >= kNegative) return "counters: large_live below zero";
   return nullptr;
 }
@@ -26,7 +27,7 @@ const char* check_counters() {
 const char* check_all(bool with_arena) {
   const char* why = check_counters();
   if (why == nullptr) why = cache::production_cache.check();
-  if (why == nullptr && with_arena) why = g.arena.check();
+  if (why == nullptr && with_arena) why = large::space.arena.check();
   return why;
 }
 

@@ -21,12 +21,12 @@ inline constexpr bool kEnabled = true;
 inline constexpr bool kEnabled = false;
 #endif
 
-// The process-wide large counters never went below zero (g.large_blocks,
-// g.large_mapped, the live large bytes). nullptr, or the first violated.
+// The process-wide large counters never went below zero (large::space.blocks,
+// large::space.mapped, the live large bytes). nullptr, or the first violated.
 const char* check_counters();
 
 // Counters, the process's reuse cache, and (`with_arena`) the whole extent
-// map of g.arena. nullptr, or the first violated.
+// map of large::space.arena. nullptr, or the first violated.
 const char* check_all(bool with_arena);
 
 // One line to stderr (no malloc), then abort.

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "arena.hpp"
+#include "large_space.hpp"
 #include "log.hpp"
 #include "platform.hpp"
 #include "state.hpp"
@@ -252,7 +253,7 @@ const char* ReuseCache::check() {
   return why;
 }
 
-// ---- the process's cache: g.arena, the real clock and pages ----
+// ---- the process's cache: large::space.arena, the real clock and pages ----
 
 namespace {
 
@@ -261,7 +262,7 @@ void returned_to_os(std::size_t bytes) { account_returned(bytes); }
 constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os};
 }  // namespace
 
-constinit ReuseCache production_cache{g.arena, kProductionDeps};
+constinit ReuseCache production_cache{large::space.arena, kProductionDeps};
 
 namespace {
 
@@ -346,7 +347,7 @@ void start_thread() {
 }  // namespace
 
 void account_returned(std::size_t bytes) {
-  g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
+  large::space.mapped.fetch_sub(bytes, std::memory_order_relaxed);
   stats::add(stats::slot(), stats::kLargeReturnedBytes, bytes);
 }
 

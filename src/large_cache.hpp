@@ -5,7 +5,7 @@
 //
 // ReuseCache is the policy alone, over an arena, a clock and page operations
 // it is given (tests/unit/cache_test.cpp drives one with a fake clock). The
-// process's one cache, wired to g.arena, CLOCK_MONOTONIC and pal::decommit,
+// process's one cache, wired to large::space.arena, CLOCK_MONOTONIC and pal::decommit,
 // lives in large_cache.cpp behind the cache:: functions below, which add the
 // helper thread that returns blocks once the process goes quiet.
 #pragma once
@@ -134,10 +134,10 @@ class ReuseCache {
   std::atomic<bool> refusing_{false};
 };
 
-// The process's cache (g.arena, CLOCK_MONOTONIC, pal::decommit), wired in
+// The process's cache (large::space.arena, CLOCK_MONOTONIC, pal::decommit), wired in
 // large_cache.cpp.
 extern ReuseCache production_cache;
-// Its Deps::returned: g.large_mapped and the returned-bytes counter.
+// Its Deps::returned: large::space.mapped and the returned-bytes counter.
 void account_returned(std::size_t bytes);
 
 // The production cache's operations, as ReuseCache's above. Its puts are

@@ -30,7 +30,7 @@ constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
 
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask for huge pages:
 // a huge-page fault costs far less per byte than 512 small ones.
-bool wants_huge(std::size_t bytes) { return g.hugepages && bytes >= kHuge; }
+bool wants_huge(std::size_t bytes) { return large::space.hugepages && bytes >= kHuge; }
 
 [[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
 
@@ -108,7 +108,7 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out) {
     return refusal(c);
   }
   if (wants_huge(e.bytes())) ops_.advise_hugepage(e.base(a_), e.bytes());
-  g.large_mapped.fetch_add(e.bytes(), std::memory_order_relaxed);
+  large::space.mapped.fetch_add(e.bytes(), std::memory_order_relaxed);
   *out = e;
   return Result::ok;
 }
@@ -135,7 +135,7 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(e.base(a_)), pl.bytes, size, align,
                 origin, flags, current_tid(), site.site, site.weight);
   a_.publish(user, e.start, site.site);
-  g.large_blocks.fetch_add(1, std::memory_order_relaxed);
+  large::space.blocks.fetch_add(1, std::memory_order_relaxed);
   const std::size_t usable = pl.bytes - pl.off;
   stats::add(st, stats::kLargeRequested, size);
   stats::add(st, stats::kLargeOut, usable);
@@ -150,7 +150,7 @@ void LargePath::release(void* p, const char* what) {
   if (s == Arena::kNone) invalid(what, p);
   const Extent e = Extent::used_at(a_, s);
   const std::size_t usable = e.usable_from(a_, p);
-  g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
+  large::space.blocks.fetch_sub(1, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
   stats::add(st, stats::kLargeUnmaps, 1);
   stats::add(st, stats::kLargeFreed, usable);
@@ -161,7 +161,7 @@ void LargePath::release(void* p, const char* what) {
   } else {
     ops_.decommit(e.base(a_), e.bytes());
     a_.release(e.start, e.n);
-    g.large_mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
+    large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
     stats::add(st, stats::kLargeReturnedBytes, e.bytes());
   }
   cache_.purge(false);
@@ -229,7 +229,7 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
     const Extent tail{c.old.start + c.need, c.old.n - c.need};
     ops_.decommit(tail.base(a_), tail.bytes());
     a_.shrink(c.old.start, c.old.n, c.need);
-    g.large_mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
+    large::space.mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
     stats::add(c.st, stats::kLargeReturnedBytes, tail.bytes());
     c.h->length = c.bytes;
   } else {
@@ -268,7 +268,7 @@ bool LargePath::grow_in_place(Change& c) {
   // (it was under 2 MiB) would be a mapping of its own, which mremap
   // may refuse to move and which gets no huge pages.
   if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
-  g.large_mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
+  large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
   c.h->length = c.bytes;
   c.h->requested = c.size;
   account(c, stats::kLargeInPlace);
@@ -367,15 +367,17 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   ops_.decommit(c.old.base(a_), old_bytes);
   a_.release(c.old.start, c.old.n);
   a_.publish(user, to.start, nh->site);
-  if (warm) g.large_mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
-  else g.large_mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);
+  if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
+  else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);
   *out = user;
 }
 
 // ---- the process's large path ----
 
+constinit Space space;
+
 namespace {
-constinit LargePath the_path{g.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};
+constinit LargePath the_path{large::space.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};
 }  // namespace
 
 Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {

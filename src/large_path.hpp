@@ -1,9 +1,11 @@
 // Mechanism for large blocks: carve, commit, resize, release. Which requests
 // come here (the cutoff, hysteresis, fallbacks) is decided by the caller.
 #pragma once
+#include <atomic>
 #include <cstddef>
 
 #include "arena.hpp"
+#include "large_space.hpp"
 #include "header.hpp"
 #include "platform.hpp"
 
@@ -13,6 +15,7 @@ class ReuseCache;
 }
 
 namespace large {
+
 
 // no_memory: out of memory (ENOMEM), by the kernel's overcommit check.
 // no_room: the reserved range cannot take the block; no_mapping: the kernel
@@ -42,8 +45,8 @@ std::size_t usable(const void* p, const char* what);
 // The large path over what it works on: an arena, the reuse cache cutting
 // and joining extents in it, and the page operations (tests/unit drive one
 // over a fake platform). The functions above are the process's instance:
-// g.arena, cache::production(), pal::kPageOps (wired in large_path.cpp).
-// Process-wide totals (g.large_mapped, g.large_blocks), the counters and the
+// large::space.arena, cache::production(), pal::kPageOps (wired in large_path.cpp).
+// Process-wide totals (large::space.mapped, large::space.blocks), the counters and the
 // call sites are kept by every instance.
 class LargePath {
  public:

@@ -31,11 +31,11 @@ namespace {
 // --- forwarding mode: lowtide lost the symbol race --------------------------
 
 // A pointer the winner made (not one of ours from before the race was known).
-bool winners(const void* p) { return !g.arena.contains(p) && !small::owns(p); }
+bool winners(const void* p) { return !large::space.arena.contains(p) && !small::owns(p); }
 
 void* fwd_realloc(void* p, std::size_t n) {
   if (p == nullptr || winners(p)) return forward::winner.realloc(p, n);
-  std::size_t old = g.arena.contains(p) ? large::usable(p, "realloc()") : small::usable(p);
+  std::size_t old = large::space.arena.contains(p) ? large::usable(p, "realloc()") : small::usable(p);
   if (n == 0) {
     free(p);
     return nullptr;
@@ -146,7 +146,7 @@ void* pvalloc(std::size_t n) {
 
 std::size_t usable_size(const void* p) {
   if (p == nullptr) return 0;
-  if (g.arena.contains(p)) return large::usable(p, "malloc_usable_size()");
+  if (large::space.arena.contains(p)) return large::usable(p, "malloc_usable_size()");
   if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && !small::owns(p))
     return forward::winner.usable(const_cast<void*>(p));
   return small::usable(p);
@@ -154,7 +154,7 @@ std::size_t usable_size(const void* p) {
 
 std::size_t good_size(std::size_t n) {
   if (n > kMaxRequest) return n;
-  if (n < g.cutoff) return small::good_size(n);
+  if (n < route::settings.cutoff) return small::good_size(n);
   std::size_t hdr = sizeof(BlockHeader);
   if (n > kMaxRequest - Arena::kGranule) return n;
   return round_up(n + hdr, Arena::kGranule) - hdr;
@@ -236,8 +236,8 @@ struct mallinfo2 info() {
   std::size_t commit = 0, peak_commit = 0;
   small::committed(&commit, &peak_commit);
   m.arena = commit;  // bytes mimalloc has committed for small blocks
-  m.hblks = g.large_blocks.load(std::memory_order_relaxed);
-  m.hblkhd = g.large_mapped.load(std::memory_order_relaxed);
+  m.hblks = large::space.blocks.load(std::memory_order_relaxed);
+  m.hblkhd = large::space.mapped.load(std::memory_order_relaxed);
   m.uordblks = m.hblkhd;
   m.usmblks = peak_commit;
   return m;

@@ -10,6 +10,8 @@
 #include <malloc.h>
 
 #include "lowtide/lowtide.h"
+#include "large_path.hpp"
+#include "route.hpp"
 #include "small_path.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -37,7 +39,7 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
 }
 
 inline bool fast_ok(std::size_t n) {
-  return __builtin_expect(g.mode.load(std::memory_order_acquire) == kReady && n < g.cutoff, 1);
+  return __builtin_expect(g.mode.load(std::memory_order_acquire) == kReady && n < route::settings.cutoff, 1);
 }
 
 inline void* malloc(std::size_t n) {
@@ -52,7 +54,7 @@ inline void* malloc(std::size_t n) {
 
 inline void free(void* p) {
   if (p == nullptr) return;
-  if (__builtin_expect(!g.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding, 1)) {
+  if (__builtin_expect(!large::space.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding, 1)) {
     // free() leaves errno alone (glibc >= 2.33, POSIX 2024); mimalloc may
     // make a syscall while giving pages back.
     int* err = &errno;

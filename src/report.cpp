@@ -20,6 +20,7 @@
 #include "report_file.hpp"
 #include "report_out.hpp"
 #include "report_sites.hpp"
+#include "route.hpp"
 #include "state.hpp"
 #include "stats.hpp"
 
@@ -140,7 +141,7 @@ void text_header(Out& o, const Data& d) {
   char cut[32];
   o.put("==== lowtide {} report: pid {} ====\n", LOWTIDE_VERSION, ::getpid());
   o.put("command     {}\n", fmt::string_view(d.command, d.command_len));
-  o.put("cutoff      {}\n", format_size(g.cutoff, cut, sizeof cut));
+  o.put("cutoff      {}\n", format_size(route::settings.cutoff, cut, sizeof cut));
   o.put("uptime      {:.2f} s\n", d.uptime_s);
   if (d.snap.partial) o.put("PARTIAL     a lock was held at exit; counters read without it\n");
   if (d.short_of_memory) o.put("SHORT       no memory for the report: fewer rows, possibly truncated\n");
@@ -256,7 +257,7 @@ void json_head(Out& o, const Data& d, bool truncated) {
   o.put("\"pid\": {}, \"command\": ", ::getpid());
   o.json_string(d.command, d.command_len);
   o.put(", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {}, \"truncated\": {}, \"reports_dropped\": {},\n",
-        g.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
+        route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
   o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
         "\"returned_to_os\": {}}},\n",
         d.peak_rss, d.rss, live(c, stats::kSmallOut, stats::kSmallFreed), live(c, stats::kLargeOut, stats::kLargeFreed),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "large_space.hpp"
 #include "state.hpp"
 #include "symbolize.hpp"
 
@@ -47,7 +48,7 @@ void gather_sites(Data* d, report::Scratch& scratch) {
 std::size_t walk_live(Data* d, LiveBlock* blocks, std::size_t cap, bool at_exit) {
   std::size_t n = 0;
   std::uint64_t missed = 0;
-  d->live_partial = !g.arena.for_each_live(
+  d->live_partial = !large::space.arena.for_each_live(
       // Never the block's header: another thread may be freeing the block
       // (its live slot cleared, its pages being replaced) as we pass.
       [&](char* user, std::uint32_t first, std::uint32_t granules, std::uint32_t site) {
@@ -56,7 +57,7 @@ std::size_t walk_live(Data* d, LiveBlock* blocks, std::size_t cap, bool at_exit)
           return;
         }
         std::uint64_t usable = (std::uint64_t{granules} << Arena::kGranuleShift) -
-                               static_cast<std::uint64_t>(user - g.arena.addr(first));
+                               static_cast<std::uint64_t>(user - large::space.arena.addr(first));
         blocks[n++] = {site < sites::kSites ? site : 0, usable};
       },
       at_exit);
@@ -97,8 +98,8 @@ void group_live(Data* d, const LiveBlock* blocks, std::size_t n, report::Scratch
 
 void gather(Data* d, report::Scratch& scratch, bool at_exit) {
   if (sites::enabled.load()) gather_sites(d, scratch);
-  if (!g.arena.ready()) return;
-  std::size_t want = g.large_blocks.load(std::memory_order_relaxed) + 256;
+  if (!large::space.arena.ready()) return;
+  std::size_t want = large::space.blocks.load(std::memory_order_relaxed) + 256;
   std::size_t cap = 0;
   LiveBlock* blocks = scratch.take<LiveBlock>(want < kMaxLiveBlocks ? want : kMaxLiveBlocks, &cap);
   std::size_t n = walk_live(d, blocks, cap, at_exit);

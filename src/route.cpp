@@ -13,11 +13,18 @@
 
 namespace lowtide::route {
 
+constinit Settings settings;
+
 namespace {
+
+// One warning per cause (may_fall_back).
+std::atomic<bool> warned_full{false};
+std::atomic<bool> warned_too_big{false};
+std::atomic<bool> warned_no_mapping{false};
 
 // Which path serves a request of n bytes at alignment `align`.
 inline bool is_large_request(std::size_t n, std::size_t align) {
-  return n >= g.cutoff || align > Arena::kGranule;
+  return n >= route::settings.cutoff || align > Arena::kGranule;
 }
 
 // The large path could not take n bytes (`why`: no_room or no_mapping):
@@ -32,14 +39,14 @@ bool may_fall_back(std::size_t n, large::Result why) {
     errno = ENOMEM;
     return false;
   }
-  if (g.large_disabled || g.mode.load(std::memory_order_relaxed) != kReady) return true;
-  const bool too_big = why == large::Result::no_room && n + Arena::kGranule > g.arena.size();
-  std::atomic<bool>& warned = why == large::Result::no_mapping ? g.warned_no_mapping
-                              : too_big                        ? g.warned_too_big
-                                                               : g.warned_full;
+  if (large::space.disabled || g.mode.load(std::memory_order_relaxed) != kReady) return true;
+  const bool too_big = why == large::Result::no_room && n + Arena::kGranule > large::space.arena.size();
+  std::atomic<bool>& warned = why == large::Result::no_mapping ? warned_no_mapping
+                              : too_big                        ? warned_too_big
+                                                               : warned_full;
   if (warned.exchange(true, std::memory_order_relaxed)) return true;
   char range[32], req[32];
-  format_size(g.arena.size(), range, sizeof range);
+  format_size(large::space.arena.size(), range, sizeof range);
   if (why == large::Result::no_mapping)
     log::warn("the kernel refused to map a large block (vm.max_map_count, RLIMIT_DATA or an mlock limit); "
               "while it refuses, large blocks go to mimalloc");
@@ -124,7 +131,7 @@ void* move_to_small(void* p, std::size_t n, stats::Slot* st, stats::Counter why)
 // shrink_below (cutoff / 2, so a block hovering at the cutoff is not copied
 // back and forth), else one copy back to the small path.
 void* resize_large(void* p, std::size_t n, stats::Slot* st) {
-  if (n < g.shrink_below) return move_to_small(p, n, st, stats::kCrossDown);
+  if (n < route::settings.shrink_below) return move_to_small(p, n, st, stats::kCrossDown);
   void* q = nullptr;
   const large::Result r = large::resize(p, n, &q);
   if (r == large::Result::ok) return q;
@@ -139,7 +146,7 @@ void* resize_large(void* p, std::size_t n, stats::Slot* st) {
 // else mimalloc's own realloc.
 void* resize_small(void* p, std::size_t n, stats::Slot* st) {
   const std::size_t old = small::usable(p);
-  if (n >= g.cutoff) {
+  if (n >= route::settings.cutoff) {
     void* q = nullptr;
     const large::Result r = large::allocate(n, kMinAlign, Origin::realloc, kFromSmall, &q);
     if (r == large::Result::ok) {
@@ -196,7 +203,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
 }
 
 void release(void* p, const char* what) {
-  if (g.arena.contains(p)) {
+  if (large::space.arena.contains(p)) {
     large::release(p, what);
     return;
   }
@@ -205,7 +212,7 @@ void release(void* p, const char* what) {
 }
 
 void* resize(void* p, std::size_t n, stats::Slot* st) {
-  return g.arena.contains(p) ? resize_large(p, n, st) : resize_small(p, n, st);
+  return large::space.arena.contains(p) ? resize_large(p, n, st) : resize_small(p, n, st);
 }
 
 }  // namespace lowtide::route

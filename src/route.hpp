@@ -11,6 +11,19 @@
 
 namespace lowtide::route {
 
+// Where requests go, set at init from LOWTIDE_CUTOFF and read on every call
+// (the fast path in libc.hpp compares with cutoff).
+struct Settings {
+  // The table's default (src/options.cpp; tests/unit checks they agree)
+  // until init reads the configured value.
+  std::size_t cutoff = std::size_t{128} << 10;
+  // A large block shrunk by realloc moves back to the small path only below
+  // this (cutoff / 2), so a block hovering at the cutoff is not copied back
+  // and forth.
+  std::size_t shrink_below = std::size_t{64} << 10;
+};
+extern Settings settings;
+
 // A block of n bytes (n <= kMaxRequest) whose pointer is aligned to `align`
 // (a power of two >= 16), counted as one `call`; zeroed when `zero`. NULL
 // with errno ENOMEM when it cannot be had.

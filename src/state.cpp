@@ -6,7 +6,7 @@
 
 namespace lowtide {
 
-constinit Globals g;
+constinit Process g;
 __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));
 
 std::uint32_t current_tid() {

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "arena.hpp"
 #include "options.hpp"
 
 namespace lowtide {
@@ -16,33 +15,21 @@ struct Slot;
 
 enum Mode : int { kUninit = 0, kIniting = 1, kReady = 2, kForwarding = 3, kProbing = 4 };
 
-struct Globals {
+// The process: what init decides once and every layer may read. The other
+// process-wide state lives with its owner: route::settings (the cutoff),
+// large::space (the reserved range and its totals), forward::probe_hit,
+// and the cache's, the registry's and the sites' own statics.
+struct Process {
   std::atomic<int> mode{kUninit};
-  std::size_t cutoff = std::size_t{1} << 20;
-  // A large block shrunk by realloc moves back to the small path only below
-  // this (cutoff/2), so a block hovering at the cutoff is not copied back and
-  // forth.
-  std::size_t shrink_below = std::size_t{1} << 19;
   int pid = 0;
-  bool large_disabled = false;  // no reservation could be made
   // AT_SECURE (setuid, setgid, file capabilities): the environment is not
   // trusted, so no LOWTIDE_* or MIMALLOC_* variable is obeyed and no report
   // file may be written (report code tests this).
   bool secure = false;
-  bool hugepages = true;
-  std::atomic<bool> warned_full{false};
-  std::atomic<bool> warned_too_big{false};
-  std::atomic<bool> warned_no_mapping{false};
-  std::atomic<bool> probe_hit{false};  // see forward::detect()
   Config config{};
-  // Process-wide large-path totals (large calls make a syscall anyway, so a
-  // shared atomic costs nothing there).
-  std::atomic<std::size_t> large_blocks{0};
-  std::atomic<std::size_t> large_mapped{0};
-  Arena arena;
 };
 
-extern Globals g;
+extern Process g;
 
 // Initial-exec TLS, deliberately tiny (a large static TLS block makes later
 // dlopen()s fail): anything per-thread that must outlive the thread lives in

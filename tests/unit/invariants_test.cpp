@@ -5,6 +5,7 @@
 
 #include "arena.hpp"
 #include "invariants.hpp"
+#include "large_space.hpp"
 #include "state.hpp"
 
 namespace lowtide {
@@ -80,11 +81,11 @@ TEST_CASE("invariants: the arena check reports a corrupted extent map") {
 
 TEST_CASE("invariants: a counter below zero is reported") {
   REQUIRE(lowtide::invariants::check_counters() == nullptr);
-  lowtide::g.large_mapped.fetch_sub(1);
+  lowtide::large::space.mapped.fetch_sub(1);
   CHECK(says(lowtide::invariants::check_counters(), "large_mapped below zero"));
-  lowtide::g.large_mapped.fetch_add(1);
-  lowtide::g.large_blocks.fetch_sub(1);
+  lowtide::large::space.mapped.fetch_add(1);
+  lowtide::large::space.blocks.fetch_sub(1);
   CHECK(says(lowtide::invariants::check_counters(), "large_blocks below zero"));
-  lowtide::g.large_blocks.fetch_add(1);
+  lowtide::large::space.blocks.fetch_add(1);
   CHECK(lowtide::invariants::check_all(true) == nullptr);
 }

@@ -66,8 +66,8 @@ Arena& test_arena() {
 struct Rig {
   Arena& a = test_arena();
   std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
-  std::size_t mapped0 = lowtide::g.large_mapped.load();
-  std::size_t blocks0 = lowtide::g.large_blocks.load();
+  std::size_t mapped0 = lowtide::large::space.mapped.load();
+  std::size_t blocks0 = lowtide::large::space.blocks.load();
   lowtide::cache::ReuseCache cache{a, kCacheDeps};
   LargePath path{a, cache, kFakeOps};
   explicit Rig(std::size_t cap = 0) {
@@ -79,8 +79,8 @@ struct Rig {
     cache.purge(true);
     CHECK(a.check() == nullptr);
     CHECK(a.free_granules() == total);
-    CHECK(lowtide::g.large_mapped.load() == mapped0);
-    CHECK(lowtide::g.large_blocks.load() == blocks0);
+    CHECK(lowtide::large::space.mapped.load() == mapped0);
+    CHECK(lowtide::large::space.blocks.load() == blocks0);
   }
   void* alloc(std::size_t size, std::size_t align = 16, Origin o = Origin::malloc) {
     void* p = nullptr;

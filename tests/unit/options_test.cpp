@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "options.hpp"
+#include "route.hpp"
 
 using namespace lowtide;
 
@@ -88,6 +89,11 @@ TEST_CASE("docs/configuration.md documents every option with its default") {
     ++pos;
   }
   CHECK(rows == static_cast<int>(sizeof kOptions / sizeof kOptions[0]));
+}
+
+TEST_CASE("the cutoff before init is the table's default") {
+  CHECK(route::Settings{}.cutoff == load({}).get(Opt::cutoff));
+  CHECK(route::Settings{}.shrink_below == load({}).get(Opt::cutoff) / 2);
 }
 
 TEST_CASE("describe_valid names what each kind accepts") {

@@ -1,0 +1,23 @@
+// The large path's process-wide state, apart from large_path.hpp so that the
+// reuse cache below it can reach the range without including the path above.
+#pragma once
+#include <atomic>
+#include <cstddef>
+
+#include "arena.hpp"
+
+namespace lowtide::large {
+
+// The large path's process-wide state: the reserved range, set up at init,
+// and its totals (large calls make a syscall anyway, so shared atomics cost
+// nothing there).
+struct Space {
+  Arena arena;
+  bool disabled = false;   // no reservation could be made: large blocks go to mimalloc
+  bool hugepages = true;   // LOWTIDE_HUGEPAGES
+  std::atomic<std::size_t> blocks{0};  // live large blocks
+  std::atomic<std::size_t> mapped{0};  // bytes committed for them (and the cache)
+};
+extern Space space;
+
+}  // namespace lowtide::large
