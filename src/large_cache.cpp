@@ -77,7 +77,7 @@ std::size_t give_back(const Entry* out, int n) {
     g.large_mapped.fetch_sub(len, std::memory_order_relaxed);
     total += len;
   }
-  if (total != 0) stats::add(stats::slot(), stats::kLargeReturnedBytes, total);
+  if (total != 0) stats::add(stats::slot(), stats::large_returned_bytes, total);
   return total;
 }
 

@@ -90,7 +90,7 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     }
     // Reused pages hold old data: calloc's must read as zero.
     if (origin == Origin::calloc) std::memset(base + off, 0, size);
-    stats::add(st, stats::kLargeReused, 1);
+    stats::add(st, stats::large_reused, 1);
   } else {
     // A miss: what the cache holds does not fit this request. Shrink it by
     // what is about to be faulted in, so reuse never adds to the peak.
@@ -107,15 +107,15 @@ Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t
     if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
     g.large_mapped.fetch_add(bytes, std::memory_order_relaxed);
   }
-  stats::add(st, stats::kLargeMaps, 1);
+  stats::add(st, stats::large_maps, 1);
   void* user = base + off;
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(base), bytes, size, align,
                 origin, flags, current_tid(), site.site, site.weight);
   a.publish(user, s, site.site);
   g.large_blocks.fetch_add(1, std::memory_order_relaxed);
   std::size_t usable = bytes - off;
-  stats::add(st, stats::kLargeRequested, size);
-  stats::add(st, stats::kLargeOut, usable);
+  stats::add(st, stats::large_requested, size);
+  stats::add(st, stats::large_out, usable);
   stats::large_live_add(usable);
   sites::allocated(site, usable);
   *out = user;
@@ -131,17 +131,17 @@ void release(void* p, const char* what) {
   std::size_t usable = bytes - static_cast<std::size_t>(static_cast<char*>(p) - a.addr(s));
   g.large_blocks.fetch_sub(1, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
-  stats::add(st, stats::kLargeUnmaps, 1);
-  stats::add(st, stats::kLargeFreed, usable);
+  stats::add(st, stats::large_unmaps, 1);
+  stats::add(st, stats::large_freed, usable);
   stats::large_live_sub(usable);
   sites::released(header_of(p), p, usable);
   if (cache::put(s, n)) {
-    stats::add(st, stats::kLargeCachedFrees, 1);
+    stats::add(st, stats::large_cached_frees, 1);
   } else {
     pal::decommit(a.addr(s), bytes);
     a.release(s, n);
     g.large_mapped.fetch_sub(bytes, std::memory_order_relaxed);
-    stats::add(st, stats::kLargeReturnedBytes, bytes);
+    stats::add(st, stats::large_returned_bytes, bytes);
   }
   cache::purge(false);
 }
@@ -170,11 +170,11 @@ Result resize(void* p, std::size_t size, void** out) {
   std::size_t new_usable = bytes - off;
   // Every successful resize hands out new_usable in place of old_usable.
   auto account = [&](stats::Counter how) {
-    sites::resized(h, old_usable, new_usable, how == stats::kLargeRemaps || how == stats::kLargeCopies);
+    sites::resized(h, old_usable, new_usable, how == stats::large_remaps || how == stats::large_copies);
     stats::add(st, how, 1);
-    stats::add(st, stats::kLargeRequested, size);
-    stats::add(st, stats::kLargeFreed, old_usable);
-    stats::add(st, stats::kLargeOut, new_usable);
+    stats::add(st, stats::large_requested, size);
+    stats::add(st, stats::large_freed, old_usable);
+    stats::add(st, stats::large_out, new_usable);
     stats::large_live_add(new_usable);
     stats::large_live_sub(old_usable);
   };
@@ -187,13 +187,13 @@ Result resize(void* p, std::size_t size, void** out) {
       pal::decommit(a.addr(s + need), tail);
       a.shrink(s, n, need);
       g.large_mapped.fetch_sub(tail, std::memory_order_relaxed);
-      stats::add(st, stats::kLargeReturnedBytes, tail);
+      stats::add(st, stats::large_returned_bytes, tail);
       h->length = bytes;
     } else {
       new_usable = old_usable;  // the extent stays as it is
     }
     h->requested = size;
-    account(stats::kLargeInPlace);
+    account(stats::large_in_place);
     *out = p;
     return Result::ok;
   }
@@ -209,8 +209,8 @@ Result resize(void* p, std::size_t size, void** out) {
     if (wants_huge(bytes)) pal::advise_hugepage(base, bytes);
     h->length = bytes;
     h->requested = size;
-    account(stats::kLargeInPlace);
-    stats::add(st, stats::kLargeReused, 1);
+    account(stats::large_in_place);
+    stats::add(st, stats::large_reused, 1);
     *out = p;
     return Result::ok;
   }
@@ -224,7 +224,7 @@ Result resize(void* p, std::size_t size, void** out) {
       g.large_mapped.fetch_add(std::size_t{need - n} << Arena::kGranuleShift, std::memory_order_relaxed);
       h->length = bytes;
       h->requested = size;
-      account(stats::kLargeInPlace);
+      account(stats::large_in_place);
       *out = p;
       return Result::ok;
     }
@@ -246,7 +246,7 @@ Result resize(void* p, std::size_t size, void** out) {
     need = got;
     bytes = std::size_t{got} << Arena::kGranuleShift;
     new_usable = bytes - off;
-    stats::add(st, stats::kLargeReused, 1);
+    stats::add(st, stats::large_reused, 1);
   } else {
     cache::evict_for(bytes - old_bytes);
     ns = a.alloc(need, huge_g, 0);
@@ -276,10 +276,10 @@ Result resize(void* p, std::size_t size, void** out) {
     const std::size_t keep = old_bytes - off;
     std::memcpy(nbase + off - sizeof(BlockHeader), h, sizeof(BlockHeader));
     std::memcpy(nbase + off, p, keep);
-    stats::add(st, stats::kLargeCopyBytes, keep);
-    stats::add(st, stats::kLargeReturnedBytes, old_bytes);
+    stats::add(st, stats::large_copy_bytes, keep);
+    stats::add(st, stats::large_returned_bytes, old_bytes);
   } else {
-    stats::add(st, stats::kLargeRemapBytes, old_bytes);
+    stats::add(st, stats::large_remap_bytes, old_bytes);
   }
   // Advised once the head is in: moved pages keep their old mapping's
   // flags, and a head that was under 2 MiB would otherwise get no huge
@@ -290,7 +290,7 @@ Result resize(void* p, std::size_t size, void** out) {
   void* user = nbase + off;
   BlockHeader* nh = header_of(user);
   h = nh;  // the old pages are gone (moved, or about to be): account on the copy
-  account(moved ? stats::kLargeRemaps : stats::kLargeCopies);
+  account(moved ? stats::large_remaps : stats::large_copies);
   nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
   nh->length = bytes;

@@ -39,7 +39,7 @@ std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-std::uint64_t weight(const Slot* s) { return s->c[kSmallOut] + s->c[kLargeOut]; }
+std::uint64_t weight(const Slot* s) { return s->c[small_out] + s->c[large_out]; }
 
 void read_name(std::uint32_t tid, char* out) {
   char path[64];
