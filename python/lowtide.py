@@ -15,9 +15,11 @@ import ctypes
 
 __all__ = ["NotActive", "active", "version", "stats", "release", "report", "STATS_FIELDS"]
 
-# The order of struct lowtide_stats after its leading size_t `size`; fields
-# are only ever appended, so a prefix of a newer struct still reads right.
-STATS_FIELDS = (
+# struct lowtide_stats after its leading size_t `size` as libraries without
+# lowtide_stats_fields() lay it out. Frozen: newer libraries name their
+# fields themselves (include/lowtide/lowtide_stats.def is the one list), and
+# fields are only ever appended, so this is a prefix of every newer layout.
+_FIELDS_BEFORE_NAMES = (
     "malloc_calls", "calloc_calls", "realloc_calls", "aligned_calls", "free_calls",
     "small_requested", "small_out", "small_freed",
     "large_requested", "large_out", "large_freed",
@@ -29,6 +31,29 @@ STATS_FIELDS = (
     "large_reused", "large_cached_frees", "large_cached_bytes",
 )
 
+
+def _library_fields():
+    """The field names the loaded lowtide reports (lowtide_stats_fields()),
+    or None when lowtide is absent or older than that function."""
+    try:
+        fn = ctypes.CDLL(None).lowtide_stats_fields
+    except AttributeError:
+        return None
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    return tuple(fn().decode().split(","))
+
+
+def _struct(fields):
+    """A ctypes struct lowtide_stats with these fields after `size` (each a uint64_t)."""
+    return type("_Stats", (ctypes.Structure,),
+                {"_fields_": [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in fields]})
+
+
+# The fields of struct lowtide_stats after `size`, in order: the loaded
+# library's (lowtide is preloaded, so it cannot appear later in the process).
+STATS_FIELDS = _library_fields() or _FIELDS_BEFORE_NAMES
+
 _FORMATS = {"configured": 0, "text": 1, "json": 2, "both": 3}
 
 
@@ -36,8 +61,7 @@ class NotActive(RuntimeError):
     """Raised by every function but active() when lowtide is not loaded."""
 
 
-class _Stats(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in STATS_FIELDS]
+_Stats = _struct(STATS_FIELDS)
 
 
 _lib = None

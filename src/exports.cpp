@@ -10,6 +10,7 @@
 
 #include "libc.hpp"
 #include "report.hpp"
+#include "stats_table.hpp"
 #include "lowtide/lowtide.h"
 
 #define LT_EXPORT extern "C" __attribute__((visibility("default")))
@@ -67,6 +68,7 @@ LT_EXPORT int __posix_memalign(void** out, size_t align, size_t n) noexcept {
 // The public API.
 LT_EXPORT const char* lowtide_version(void) { return LOWTIDE_VERSION; }
 LT_EXPORT int lowtide_get_stats(struct lowtide_stats* s) { return lowtide::libc::get_stats(s); }
+LT_EXPORT const char* lowtide_stats_fields(void) { return lowtide::stats::field_names(); }
 LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtide::report::write(path, format); }
 LT_EXPORT size_t lowtide_release(void) { return lowtide::libc::release_now(); }
 

@@ -348,7 +348,7 @@ void start_thread() {
 
 void account_returned(std::size_t bytes) {
   large::space.mapped.fetch_sub(bytes, std::memory_order_relaxed);
-  stats::add(stats::slot(), stats::kLargeReturnedBytes, bytes);
+  stats::add(stats::slot(), stats::large_returned_bytes, bytes);
 }
 
 void init() {

@@ -126,19 +126,19 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
   if (e.found()) {
     // Reused pages hold old data: calloc's must read as zero.
     if (origin == Origin::calloc) std::memset(e.base(a_) + pl.off, 0, size);
-    stats::add(st, stats::kLargeReused, 1);
+    stats::add(st, stats::large_reused, 1);
   } else if (Result r = commit_fresh(&pl, &e); r != Result::ok) {
     return r;
   }
-  stats::add(st, stats::kLargeMaps, 1);
+  stats::add(st, stats::large_maps, 1);
   void* user = e.base(a_) + pl.off;
   encode_header(header_of(user), user, reinterpret_cast<std::uint64_t>(e.base(a_)), pl.bytes, size, align,
                 origin, flags, current_tid(), site.site, site.weight);
   a_.publish(user, e.start, site.site);
   large::space.blocks.fetch_add(1, std::memory_order_relaxed);
   const std::size_t usable = pl.bytes - pl.off;
-  stats::add(st, stats::kLargeRequested, size);
-  stats::add(st, stats::kLargeOut, usable);
+  stats::add(st, stats::large_requested, size);
+  stats::add(st, stats::large_out, usable);
   stats::large_live_add(usable);
   sites::allocated(site, usable);
   *out = user;
@@ -152,17 +152,17 @@ void LargePath::release(void* p, const char* what) {
   const std::size_t usable = e.usable_from(a_, p);
   large::space.blocks.fetch_sub(1, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
-  stats::add(st, stats::kLargeUnmaps, 1);
-  stats::add(st, stats::kLargeFreed, usable);
+  stats::add(st, stats::large_unmaps, 1);
+  stats::add(st, stats::large_freed, usable);
   stats::large_live_sub(usable);
   sites::released(header_of(p), p, usable);
   if (cache_.put(e.start, e.n)) {
-    stats::add(st, stats::kLargeCachedFrees, 1);
+    stats::add(st, stats::large_cached_frees, 1);
   } else {
     ops_.decommit(e.base(a_), e.bytes());
     a_.release(e.start, e.n);
     large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
-    stats::add(st, stats::kLargeReturnedBytes, e.bytes());
+    stats::add(st, stats::large_returned_bytes, e.bytes());
   }
   cache_.purge(false);
 }
@@ -195,11 +195,11 @@ struct LargePath::Change {
 // Every successful resize hands out new_usable in place of old_usable.
 void LargePath::account(const Change& c, unsigned how_) {
   const auto how = static_cast<stats::Counter>(how_);
-  sites::resized(c.h, c.old_usable, c.new_usable, how == stats::kLargeRemaps || how == stats::kLargeCopies);
+  sites::resized(c.h, c.old_usable, c.new_usable, how == stats::large_remaps || how == stats::large_copies);
   stats::add(c.st, how, 1);
-  stats::add(c.st, stats::kLargeRequested, c.size);
-  stats::add(c.st, stats::kLargeFreed, c.old_usable);
-  stats::add(c.st, stats::kLargeOut, c.new_usable);
+  stats::add(c.st, stats::large_requested, c.size);
+  stats::add(c.st, stats::large_freed, c.old_usable);
+  stats::add(c.st, stats::large_out, c.new_usable);
   stats::large_live_add(c.new_usable);
   stats::large_live_sub(c.old_usable);
 }
@@ -230,13 +230,13 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
     ops_.decommit(tail.base(a_), tail.bytes());
     a_.shrink(c.old.start, c.old.n, c.need);
     large::space.mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
-    stats::add(c.st, stats::kLargeReturnedBytes, tail.bytes());
+    stats::add(c.st, stats::large_returned_bytes, tail.bytes());
     c.h->length = c.bytes;
   } else {
     c.new_usable = c.old_usable;  // the extent stays as it is
   }
   c.h->requested = c.size;
-  account(c, stats::kLargeInPlace);
+  account(c, stats::large_in_place);
   *out = c.p;
   return Result::ok;
 }
@@ -249,8 +249,8 @@ bool LargePath::grow_into_cache(Change& c) {
   if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
   c.h->length = c.bytes;
   c.h->requested = c.size;
-  account(c, stats::kLargeInPlace);
-  stats::add(c.st, stats::kLargeReused, 1);
+  account(c, stats::large_in_place);
+  stats::add(c.st, stats::large_reused, 1);
   return true;
 }
 
@@ -271,7 +271,7 @@ bool LargePath::grow_in_place(Change& c) {
   large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
   c.h->length = c.bytes;
   c.h->requested = c.size;
-  account(c, stats::kLargeInPlace);
+  account(c, stats::large_in_place);
   return true;
 }
 
@@ -287,7 +287,7 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
     c.need = got;
     c.bytes = Extent::bytes_of(got);
     c.new_usable = c.bytes - c.off;
-    stats::add(c.st, stats::kLargeReused, 1);
+    stats::add(c.st, stats::large_reused, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());
     ns = a_.alloc(c.need, huge_g, 0);
@@ -317,7 +317,7 @@ Result LargePath::move_block(Change& c, void** out) {
   if (!moved) {
     if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
   } else {
-    stats::add(c.st, stats::kLargeRemapBytes, old_bytes);
+    stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
   finish_move(c, to, warm, moved, out);
   return Result::ok;
@@ -339,8 +339,8 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
   const std::size_t keep = c.old_usable;
   std::memcpy(nbase + c.off - sizeof(BlockHeader), c.h, sizeof(BlockHeader));
   std::memcpy(nbase + c.off, c.p, keep);
-  stats::add(c.st, stats::kLargeCopyBytes, keep);
-  stats::add(c.st, stats::kLargeReturnedBytes, old_bytes);
+  stats::add(c.st, stats::large_copy_bytes, keep);
+  stats::add(c.st, stats::large_returned_bytes, old_bytes);
   return Result::ok;
 }
 
@@ -358,7 +358,7 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   void* user = nbase + c.off;
   BlockHeader* nh = header_of(user);
   c.h = nh;  // the old pages are gone (moved, or about to be): account on the copy
-  account(c, moved ? stats::kLargeRemaps : stats::kLargeCopies);
+  account(c, moved ? stats::large_remaps : stats::large_copies);
   nh->magic = kHeaderMagic ^ reinterpret_cast<std::uint64_t>(user);
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
   nh->length = c.bytes;

@@ -20,6 +20,7 @@
 #include "small_path.hpp"
 #include "report.hpp"
 #include "stats.hpp"
+#include "stats_table.hpp"
 
 namespace lowtide::libc {
 
@@ -51,7 +52,7 @@ void* fwd_realloc(void* p, std::size_t n) {
 
 void* malloc_slow(std::size_t n) {
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
-  return route::allocate(n, kMinAlign, Origin::malloc, stats::kMallocCalls, false);
+  return route::allocate(n, kMinAlign, Origin::malloc, stats::malloc_calls, false);
 }
 
 void free_slow(void* p) {
@@ -60,7 +61,7 @@ void free_slow(void* p) {
   if (LT_UNLIKELY(g.mode.load(std::memory_order_relaxed) == kForwarding) && winners(p)) {
     forward::winner.free(p);
   } else {
-    stats::add(stats::slot(), stats::kFreeCalls, 1);
+    stats::add(stats::slot(), stats::free_calls, 1);
     route::release(p, "free()");
   }
   *err = saved;
@@ -73,18 +74,18 @@ void* calloc(std::size_t n, std::size_t size) {
     return nullptr;
   }
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.calloc(n, size);
-  return route::allocate(total, kMinAlign, Origin::calloc, stats::kCallocCalls, true);
+  return route::allocate(total, kMinAlign, Origin::calloc, stats::calloc_calls, true);
 }
 
 void* realloc(void* p, std::size_t n) {
   if (p == nullptr) {
     if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
-    return route::allocate(n, kMinAlign, Origin::realloc, stats::kReallocCalls, false);
+    return route::allocate(n, kMinAlign, Origin::realloc, stats::realloc_calls, false);
   }
   if (LT_UNLIKELY(mode() == kForwarding)) return fwd_realloc(p, n);
   if (n == 0) {  // glibc: frees, returns NULL, errno unchanged
     int saved = errno;
-    stats::count_request(stats::slot(), stats::kReallocCalls, 0);
+    stats::count_request(stats::slot(), stats::realloc_calls, 0);
     route::release(p, "realloc()");
     errno = saved;
     return nullptr;
@@ -94,7 +95,7 @@ void* realloc(void* p, std::size_t n) {
     return nullptr;
   }
   stats::Slot* st = stats::slot();
-  stats::count_request(st, stats::kReallocCalls, n);
+  stats::count_request(st, stats::realloc_calls, n);
   return route::resize(p, n, st);
 }
 
@@ -115,14 +116,14 @@ void* memalign(std::size_t align, std::size_t n) {
     return nullptr;
   }
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.memalign(align, n);
-  return route::allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
+  return route::allocate(n, effective_alignment(align), Origin::aligned, stats::aligned_calls, false);
 }
 
 int posix_memalign(void** out, std::size_t align, std::size_t n) {
   if (align % sizeof(void*) != 0 || !is_pow2(align / sizeof(void*))) return EINVAL;
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.posix_memalign(out, align, n);
   int saved = errno;
-  void* p = route::allocate(n, effective_alignment(align), Origin::aligned, stats::kAlignedCalls, false);
+  void* p = route::allocate(n, effective_alignment(align), Origin::aligned, stats::aligned_calls, false);
   if (p == nullptr) {
     errno = saved;
     return ENOMEM;
@@ -164,9 +165,9 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
   for (;;) {
     void* p;
     if (LT_UNLIKELY(mode() == kForwarding)) p = align == 0 ? forward::winner.malloc(n) : memalign(align, n);
-    else if (align == 0) p = route::allocate(n, kMinAlign, Origin::new_op, stats::kMallocCalls, false);
+    else if (align == 0) p = route::allocate(n, kMinAlign, Origin::new_op, stats::malloc_calls, false);
     else if (align > SIZE_MAX / 2 + 1) p = nullptr;
-    else p = route::allocate(n, effective_alignment(align), Origin::new_op, stats::kAlignedCalls, false);
+    else p = route::allocate(n, effective_alignment(align), Origin::new_op, stats::aligned_calls, false);
     if (LT_LIKELY(p != nullptr)) return p;
     std::new_handler h = std::get_new_handler();
     if (h == nullptr) {
@@ -296,37 +297,12 @@ int get_stats(struct ::lowtide_stats* out) {
   snap.rows = nullptr;
   snap.cap = 0;
   stats::snapshot(&snap, false);
-  const std::uint64_t* c = snap.total.c;
+  std::uint64_t v[stats::kFieldCount];
+  stats::read_fields(snap, v);
   struct ::lowtide_stats s;
   std::memset(&s, 0, sizeof s);
-  s.malloc_calls = c[stats::kMallocCalls];
-  s.calloc_calls = c[stats::kCallocCalls];
-  s.realloc_calls = c[stats::kReallocCalls];
-  s.aligned_calls = c[stats::kAlignedCalls];
-  s.free_calls = c[stats::kFreeCalls];
-  s.small_requested = c[stats::kSmallRequested];
-  s.small_out = c[stats::kSmallOut];
-  s.small_freed = c[stats::kSmallFreed];
-  s.large_requested = c[stats::kLargeRequested];
-  s.large_out = c[stats::kLargeOut];
-  s.large_freed = c[stats::kLargeFreed];
-  s.large_maps = c[stats::kLargeMaps];
-  s.large_unmaps = c[stats::kLargeUnmaps];
-  s.large_in_place = c[stats::kLargeInPlace];
-  s.large_remaps = c[stats::kLargeRemaps];
-  s.large_remap_bytes = c[stats::kLargeRemapBytes];
-  s.large_copies = c[stats::kLargeCopies];
-  s.large_copy_bytes = c[stats::kLargeCopyBytes];
-  s.large_returned_bytes = c[stats::kLargeReturnedBytes];
-  s.cross_up = c[stats::kCrossUp];
-  s.cross_down = c[stats::kCrossDown];
-  s.large_fallback = c[stats::kLargeFallback];
-  s.large_live = snap.large_live;
-  s.large_peak_live = snap.large_peak;
-  s.threads = snap.threads_seen;
-  s.large_reused = c[stats::kLargeReused];
-  s.large_cached_frees = c[stats::kLargeCachedFrees];
-  s.large_cached_bytes = cache::cached_bytes();
+  for (unsigned i = 0; i < stats::kFieldCount; ++i)
+    std::memcpy(reinterpret_cast<char*>(&s) + stats::kFields[i].offset, &v[i], sizeof v[i]);
   std::size_t n = out->size < sizeof s ? out->size : sizeof s;
   std::size_t keep = out->size;
   std::memcpy(out, &s, n);

@@ -32,8 +32,8 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
   stats::count_request(st, call, n);
   void* p = small::allocate(n);
   if (__builtin_expect(p != nullptr, 1)) {
-    stats::add(st, stats::kSmallRequested, n);
-    stats::add_usable(st, stats::kSmallOut, [&] { return small::usable_of_new(p, n); });
+    stats::add(st, stats::small_requested, n);
+    stats::add_usable(st, stats::small_out, [&] { return small::usable_of_new(p, n); });
   }
   return p;
 }
@@ -44,7 +44,7 @@ inline bool fast_ok(std::size_t n) {
 
 inline void* malloc(std::size_t n) {
   if (fast_ok(n)) {
-    void* p = small_fast(n, stats::kMallocCalls);
+    void* p = small_fast(n, stats::malloc_calls);
     if (__builtin_expect(p != nullptr, 1)) return p;
     errno = ENOMEM;
     return p;
@@ -60,8 +60,8 @@ inline void free(void* p) {
     int* err = &errno;
     int saved = *err;
     stats::Slot* st = stats::slot();
-    stats::add(st, stats::kFreeCalls, 1);
-    stats::add_usable(st, stats::kSmallFreed, [&] { return small::usable(p); });
+    stats::add(st, stats::free_calls, 1);
+    stats::add_usable(st, stats::small_freed, [&] { return small::usable(p); });
     small::release(p);
     *err = saved;
     return;
@@ -72,7 +72,7 @@ inline void free(void* p) {
 // operator new: align 0 = the default; failure runs the new_handler loop.
 inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
   if (align == 0 && fast_ok(n)) {
-    void* p = small_fast(n, stats::kMallocCalls);
+    void* p = small_fast(n, stats::malloc_calls);
     if (__builtin_expect(p != nullptr, 1)) return p;
   }
   return operator_new_slow(n, align, nothrow);

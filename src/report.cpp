@@ -12,7 +12,6 @@
 #include <unistd.h>
 #include <new>
 
-#include "large_cache.hpp"
 #include "log.hpp"
 #include "options.hpp"
 #include "parse.hpp"
@@ -23,6 +22,7 @@
 #include "route.hpp"
 #include "state.hpp"
 #include "stats.hpp"
+#include "stats_table.hpp"
 
 namespace lowtide::report {
 
@@ -71,6 +71,7 @@ struct Data {
   ThreadRow* rows = nullptr;
   std::size_t nrows = 0;
   stats::Snapshot snap{};
+  std::uint64_t fields[stats::kFieldCount];  // struct lowtide_stats's, in table order
   char command[8192];
   std::size_t command_len = 0;
   char status[4096];
@@ -95,7 +96,7 @@ void fold_row(ThreadRow* into, const ThreadRow& r, std::uint32_t threads) {
 // registry's own folded row) into one "N other threads" row at the end.
 // rows[] has room for one more than n.
 std::size_t order_rows(ThreadRow* rows, std::size_t n) {
-  auto weight = [](const ThreadRow& r) { return r.c[stats::kSmallOut] + r.c[stats::kLargeOut]; };
+  auto weight = [](const ThreadRow& r) { return r.c[stats::small_out] + r.c[stats::large_out]; };
   ThreadRow other;
   std::memset(&other, 0, sizeof other);
   std::size_t kept = 0;
@@ -117,6 +118,7 @@ void gather(Data* d, Scratch& scratch, const Context& ctx) {
   d->snap.cap = cap > 0 ? cap - 1 : 0;  // one kept back for order_rows
   stats::snapshot(&d->snap, ctx.at_exit);
   d->nrows = d->rows != nullptr ? order_rows(d->rows, d->snap.nrows) : 0;
+  stats::read_fields(d->snap, d->fields);
 
   long n = pal::read_file("/proc/self/cmdline", d->command, sizeof d->command);
   for (long i = 0; i < n; ++i)
@@ -149,38 +151,38 @@ void text_header(Out& o, const Data& d) {
   o.put("\n-- process --\n");
   o.put("{:<28}{:>12}\n", "peak RSS (VmHWM)", Human(dbl(d.peak_rss)));
   o.put("{:<28}{:>12}\n", "RSS now", Human(dbl(d.rss)));
-  o.put("{:<28}{:>12}\n", "live, small path", Human(dbl(live(c, stats::kSmallOut, stats::kSmallFreed))));
-  o.put("{:<28}{:>12}\n", "live, large path", Human(dbl(live(c, stats::kLargeOut, stats::kLargeFreed))));
-  o.put("{:<28}{:>12}\n", "given back to the OS", Human(dbl(c[stats::kLargeReturnedBytes])));
+  o.put("{:<28}{:>12}\n", "live, small path", Human(dbl(live(c, stats::small_out, stats::small_freed))));
+  o.put("{:<28}{:>12}\n", "live, large path", Human(dbl(live(c, stats::large_out, stats::large_freed))));
+  o.put("{:<28}{:>12}\n", "given back to the OS", Human(dbl(c[stats::large_returned_bytes])));
 
   o.put("\n-- totals --\n");
   o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "calls", "malloc", "calloc", "realloc", "aligned", "free");
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "", c[stats::kMallocCalls], c[stats::kCallocCalls],
-        c[stats::kReallocCalls], c[stats::kAlignedCalls], c[stats::kFreeCalls]);
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "", c[stats::malloc_calls], c[stats::calloc_calls],
+        c[stats::realloc_calls], c[stats::aligned_calls], c[stats::free_calls]);
   o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "path", "requested", "handed out", "freed", "live");
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "small", Human(dbl(c[stats::kSmallRequested])),
-        Human(dbl(c[stats::kSmallOut])), Human(dbl(c[stats::kSmallFreed])),
-        Human(dbl(live(c, stats::kSmallOut, stats::kSmallFreed))));
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "large", Human(dbl(c[stats::kLargeRequested])),
-        Human(dbl(c[stats::kLargeOut])), Human(dbl(c[stats::kLargeFreed])),
-        Human(dbl(live(c, stats::kLargeOut, stats::kLargeFreed))));
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "small", Human(dbl(c[stats::small_requested])),
+        Human(dbl(c[stats::small_out])), Human(dbl(c[stats::small_freed])),
+        Human(dbl(live(c, stats::small_out, stats::small_freed))));
+  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "large", Human(dbl(c[stats::large_requested])),
+        Human(dbl(c[stats::large_out])), Human(dbl(c[stats::large_freed])),
+        Human(dbl(live(c, stats::large_out, stats::large_freed))));
 }
 
 void text_large(Out& o, const Data& d) {
   const std::uint64_t* c = d.snap.total.c;
   o.put("\n-- large path --\n");
-  o.put("{:<34}{:>12}\n", "blocks allocated", c[stats::kLargeMaps]);
-  o.put("{:<34}{:>12}\n", "blocks released", c[stats::kLargeUnmaps]);
-  o.put("{:<34}{:>12}\n", "resized in place", c[stats::kLargeInPlace]);
-  o.put("{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::kLargeRemaps],
-        Human(dbl(c[stats::kLargeRemapBytes])));
-  o.put("{:<34}{:>12}   ({} copied)\n", "moved by copying", c[stats::kLargeCopies], Human(dbl(c[stats::kLargeCopyBytes])));
-  o.put("{:<34}{:>12}\n", "realloc small -> large", c[stats::kCrossUp]);
-  o.put("{:<34}{:>12}\n", "realloc large -> small", c[stats::kCrossDown]);
-  o.put("{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::kLargeFallback]);
-  o.put("{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::kLargeCachedFrees]);
-  o.put("{:<34}{:>12}\n", "allocations served from it", c[stats::kLargeReused]);
-  o.put("{:<34}{:>12}\n", "held in it now", Human(dbl(cache::cached_bytes())));
+  o.put("{:<34}{:>12}\n", "blocks allocated", c[stats::large_maps]);
+  o.put("{:<34}{:>12}\n", "blocks released", c[stats::large_unmaps]);
+  o.put("{:<34}{:>12}\n", "resized in place", c[stats::large_in_place]);
+  o.put("{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::large_remaps],
+        Human(dbl(c[stats::large_remap_bytes])));
+  o.put("{:<34}{:>12}   ({} copied)\n", "moved by copying", c[stats::large_copies], Human(dbl(c[stats::large_copy_bytes])));
+  o.put("{:<34}{:>12}\n", "realloc small -> large", c[stats::cross_up]);
+  o.put("{:<34}{:>12}\n", "realloc large -> small", c[stats::cross_down]);
+  o.put("{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::large_fallback]);
+  o.put("{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::large_cached_frees]);
+  o.put("{:<34}{:>12}\n", "allocations served from it", c[stats::large_reused]);
+  o.put("{:<34}{:>12}\n", "held in it now", Human(dbl(d.fields[stats::field_index("large_cached_bytes")])));
   o.put("{:<34}{:>12}\n", "peak live (process)", Human(dbl(d.snap.large_peak)));
 }
 
@@ -202,17 +204,17 @@ void text_threads(Out& o, const Data& d) {
         "freed");
   for (std::size_t i = 0; i < d.nrows; ++i) {
     const ThreadRow& r = d.rows[i];
-    std::uint64_t allocs = r.c[stats::kMallocCalls] + r.c[stats::kCallocCalls] + r.c[stats::kReallocCalls] +
-                           r.c[stats::kAlignedCalls];
+    std::uint64_t allocs = r.c[stats::malloc_calls] + r.c[stats::calloc_calls] + r.c[stats::realloc_calls] +
+                           r.c[stats::aligned_calls];
     if (r.folded) o.put("{:>8}  ", "-");
     else o.put("{:>8}  ", r.tid);
     std::size_t at = o.size();
     row_name(o, r, false);
     std::size_t w = o.size() - at;
     o.put("{:<{}}{:<8}{:>12}{:>12}{:>12}{:>12}\n", "", w < 18 ? 18 - w : 0,
-          r.folded ? "-" : (r.alive ? "alive" : "exited"), allocs, r.c[stats::kFreeCalls],
-          Human(dbl(r.c[stats::kSmallOut] + r.c[stats::kLargeOut])),
-          Human(dbl(r.c[stats::kSmallFreed] + r.c[stats::kLargeFreed])));
+          r.folded ? "-" : (r.alive ? "alive" : "exited"), allocs, r.c[stats::free_calls],
+          Human(dbl(r.c[stats::small_out] + r.c[stats::large_out])),
+          Human(dbl(r.c[stats::small_freed] + r.c[stats::large_freed])));
   }
 }
 
@@ -240,14 +242,25 @@ void format_text(Out& o, const Data& d, const Context& ctx) {
   if (o.full()) o.finish_with("[report truncated: no room left for the rest]\n");
 }
 
-void json_path(Out& o, const std::uint64_t* c, stats::Counter req, stats::Counter out, stats::Counter freed) {
-  o.put("{{\"requested\": {}, \"out\": {}, \"freed\": {}, \"live\": {}}}", c[req], c[out], c[freed],
-        live(c, out, freed));
+// The keys of JSON object `obj` (counters only), from the table.
+void json_counters(Out& o, const std::uint64_t* c, stats::Object obj) {
+  bool first = true;
+  stats::each_in(obj, [&](const stats::Field& f, unsigned) {
+    o.put("{}\"{}\": {}", first ? "" : ", ", f.key, c[f.counter]);
+    first = false;
+  });
+}
+
+void json_path(Out& o, const std::uint64_t* c, stats::Object obj, stats::Counter out, stats::Counter freed) {
+  o.put("{{");
+  json_counters(o, c, obj);
+  o.put(", \"live\": {}}}", live(c, out, freed));
 }
 
 void json_calls(Out& o, const std::uint64_t* c) {
-  o.put("{{\"malloc\": {}, \"calloc\": {}, \"realloc\": {}, \"aligned\": {}, \"free\": {}}}", c[stats::kMallocCalls],
-        c[stats::kCallocCalls], c[stats::kReallocCalls], c[stats::kAlignedCalls], c[stats::kFreeCalls]);
+  o.put("{{");
+  json_counters(o, c, stats::Object::totals_calls);
+  o.put("}}");
 }
 
 // The JSON report's head and totals: what a truncated report still has.
@@ -260,23 +273,22 @@ void json_head(Out& o, const Data& d, bool truncated) {
         route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
   o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
         "\"returned_to_os\": {}}},\n",
-        d.peak_rss, d.rss, live(c, stats::kSmallOut, stats::kSmallFreed), live(c, stats::kLargeOut, stats::kLargeFreed),
-        c[stats::kLargeReturnedBytes]);
+        d.peak_rss, d.rss, live(c, stats::small_out, stats::small_freed), live(c, stats::large_out, stats::large_freed),
+        c[stats::large_returned_bytes]);
   o.put(" \"totals\": {{\"calls\": ");
   json_calls(o, c);
   o.put(", \"small\": ");
-  json_path(o, c, stats::kSmallRequested, stats::kSmallOut, stats::kSmallFreed);
+  json_path(o, c, stats::Object::totals_small, stats::small_out, stats::small_freed);
   o.put(", \"large\": ");
-  json_path(o, c, stats::kLargeRequested, stats::kLargeOut, stats::kLargeFreed);
+  json_path(o, c, stats::Object::totals_large, stats::large_out, stats::large_freed);
   o.put("}},\n");
-  o.put(" \"large\": {{\"maps\": {}, \"unmaps\": {}, \"in_place\": {}, \"remaps\": {}, \"remap_bytes\": {}, "
-        "\"copies\": {}, \"copy_bytes\": {}, \"returned_bytes\": {}, \"cross_up\": {}, \"cross_down\": {}, "
-        "\"fallback\": {}, \"reused\": {}, \"cached_frees\": {}, \"cached_bytes\": {}, "
-        "\"live\": {}, \"peak_live\": {}}}",
-        c[stats::kLargeMaps], c[stats::kLargeUnmaps], c[stats::kLargeInPlace], c[stats::kLargeRemaps],
-        c[stats::kLargeRemapBytes], c[stats::kLargeCopies], c[stats::kLargeCopyBytes], c[stats::kLargeReturnedBytes],
-        c[stats::kCrossUp], c[stats::kCrossDown], c[stats::kLargeFallback], c[stats::kLargeReused],
-        c[stats::kLargeCachedFrees], cache::cached_bytes(), d.snap.large_live, d.snap.large_peak);
+  o.put(" \"large\": {{");
+  bool first = true;
+  stats::each_in(stats::Object::large, [&](const stats::Field& f, unsigned i) {
+    o.put("{}\"{}\": {}", first ? "" : ", ", f.key, d.fields[i]);
+    first = false;
+  });
+  o.put("}}");
 }
 
 void json_rest(Out& o, const Data& d, const Context& ctx) {
@@ -288,9 +300,9 @@ void json_rest(Out& o, const Data& d, const Context& ctx) {
     o.put(", \"alive\": {}, \"folded\": {}, \"calls\": ", r.alive, r.folded);
     json_calls(o, r.c);
     o.put(", \"small\": ");
-    json_path(o, r.c, stats::kSmallRequested, stats::kSmallOut, stats::kSmallFreed);
+    json_path(o, r.c, stats::Object::totals_small, stats::small_out, stats::small_freed);
     o.put(", \"large\": ");
-    json_path(o, r.c, stats::kLargeRequested, stats::kLargeOut, stats::kLargeFreed);
+    json_path(o, r.c, stats::Object::totals_large, stats::large_out, stats::large_freed);
     o.put("}}");
   }
   o.put("],\n \"histogram\": [");

@@ -99,8 +99,8 @@ bool aligned_refused(std::size_t n, std::size_t align, Origin origin) {
 
 // A small-path block handed out: counted as requested and handed out.
 inline void count_small_out(stats::Slot* st, std::size_t n, const void* p) {
-  stats::add(st, stats::kSmallRequested, n);
-  stats::add_usable(st, stats::kSmallOut, [&] { return small::usable(p); });
+  stats::add(st, stats::small_requested, n);
+  stats::add_usable(st, stats::small_out, [&] { return small::usable(p); });
 }
 
 __attribute__((noinline)) void* small_block(std::size_t n, std::size_t align, bool zero) {
@@ -131,7 +131,7 @@ void* move_to_small(void* p, std::size_t n, stats::Slot* st, stats::Counter why)
 // shrink_below (cutoff / 2, so a block hovering at the cutoff is not copied
 // back and forth), else one copy back to the small path.
 void* resize_large(void* p, std::size_t n, stats::Slot* st) {
-  if (n < route::settings.shrink_below) return move_to_small(p, n, st, stats::kCrossDown);
+  if (n < route::settings.shrink_below) return move_to_small(p, n, st, stats::cross_down);
   void* q = nullptr;
   const large::Result r = large::resize(p, n, &q);
   if (r == large::Result::ok) return q;
@@ -139,7 +139,7 @@ void* resize_large(void* p, std::size_t n, stats::Slot* st) {
   // mapping: move the block to mimalloc rather than fail (the same fallback
   // new large blocks get).
   if (!fall_back_after(r, n)) return nullptr;
-  return move_to_small(p, n, st, stats::kLargeFallback);
+  return move_to_small(p, n, st, stats::large_fallback);
 }
 
 // realloc of a small block: to the large path when it grows to the cutoff,
@@ -152,8 +152,8 @@ void* resize_small(void* p, std::size_t n, stats::Slot* st) {
     if (r == large::Result::ok) {
       std::memcpy(q, p, old < n ? old : n);
       small::release(p);
-      stats::add(st, stats::kCrossUp, 1);
-      stats::add(st, stats::kSmallFreed, old);
+      stats::add(st, stats::cross_up, 1);
+      stats::add(st, stats::small_freed, old);
       return q;
     }
     if (!fall_back_after(r, n)) return nullptr;
@@ -163,7 +163,7 @@ void* resize_small(void* p, std::size_t n, stats::Slot* st) {
     errno = ENOMEM;
     return nullptr;
   }
-  stats::add(st, stats::kSmallFreed, old);
+  stats::add(st, stats::small_freed, old);
   count_small_out(st, n, q);
   return q;
 }
@@ -196,7 +196,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   if (!fall_back_after(r, n)) return nullptr;
   p = small_block(n, align, zero);
   if (p != nullptr) {
-    stats::add(st, stats::kLargeFallback, 1);
+    stats::add(st, stats::large_fallback, 1);
     count_small_out(st, n, p);
   }
   return p;
@@ -207,7 +207,7 @@ void release(void* p, const char* what) {
     large::release(p, what);
     return;
   }
-  stats::add_usable(stats::slot(), stats::kSmallFreed, [&] { return small::usable(p); });
+  stats::add_usable(stats::slot(), stats::small_freed, [&] { return small::usable(p); });
   small::release(p);
 }
 

@@ -33,7 +33,7 @@ bool have_key = false;
 std::atomic<std::uint64_t> large_live{0};
 std::atomic<std::uint64_t> large_peak{0};
 
-std::uint64_t weight(const Slot* s) { return s->c[kSmallOut] + s->c[kLargeOut]; }
+std::uint64_t weight(const Slot* s) { return s->c[small_out] + s->c[large_out]; }
 
 void read_name(std::uint32_t tid, char* out) {
   char path[64];

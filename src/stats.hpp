@@ -11,28 +11,20 @@
 
 namespace lowtide::stats {
 
+// The counters: the COUNTER rows of include/lowtide/lowtide_stats.def, in
+// its order, named as the fields of struct lowtide_stats (stats::large_maps
+// counts lowtide_stats.large_maps). The GAUGE rows are process-wide levels,
+// read by stats_table.cpp.
+#define LT_COUNTER_ROW_COUNTER(name) name,
+#define LT_COUNTER_ROW_GAUGE(name)
 enum Counter : unsigned {
-  // calls, by entry point family
-  kMallocCalls, kCallocCalls, kReallocCalls, kAlignedCalls, kFreeCalls,
-  // bytes asked for and handed out (usable size), by path
-  kSmallRequested, kSmallOut, kSmallFreed,
-  kLargeRequested, kLargeOut, kLargeFreed,
-  // large-path events
-  kLargeMaps,           // blocks handed out (freshly mapped or reused)
-  kLargeUnmaps,         // blocks released
-  kLargeInPlace,        // resizes done in place (grow by carving, shrink)
-  kLargeRemaps,         // resizes that moved pages with mremap, no copy
-  kLargeRemapBytes,     // bytes mremap moved without copying
-  kLargeCopies,         // resizes that had to copy (mremap refused)
-  kLargeCopyBytes,
-  kLargeReturnedBytes,  // bytes given back to the OS
-  kCrossUp,             // realloc moved a block small -> large
-  kCrossDown,           // realloc moved a block large -> small
-  kLargeFallback,       // large requests served by mimalloc (range full)
-  kLargeReused,         // large blocks served from the reuse cache
-  kLargeCachedFrees,    // large frees kept in the reuse cache
+#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) LT_COUNTER_ROW_##kind(name)
+#include "lowtide/lowtide_stats.def"
+#undef LOWTIDE_STAT
   kCounters
 };
+#undef LT_COUNTER_ROW_COUNTER
+#undef LT_COUNTER_ROW_GAUGE
 
 constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
 

@@ -15,24 +15,25 @@ extern "C" {
 /* The library's version, e.g. "0.1.0". */
 const char* lowtide_version(void);
 
-/* Process totals. Set `size` to sizeof(struct lowtide_stats) before the
- * call: fields may be added at the end in later versions, and only the first
- * `size` bytes are written. Byte counts of "out"/"freed" are usable sizes. */
+/* Process totals: the fields after `size`, with their meanings, are the rows
+ * of lowtide_stats.def (next to this header). Set `size` to
+ * sizeof(struct lowtide_stats) before the call: fields may be added at the
+ * end in later versions, and only the first `size` bytes are written. Byte
+ * counts of "out"/"freed" are usable sizes. */
 struct lowtide_stats {
   size_t size;
-  uint64_t malloc_calls, calloc_calls, realloc_calls, aligned_calls, free_calls;
-  uint64_t small_requested, small_out, small_freed;
-  uint64_t large_requested, large_out, large_freed;
-  uint64_t large_maps, large_unmaps, large_in_place, large_remaps, large_remap_bytes;
-  uint64_t large_copies, large_copy_bytes, large_returned_bytes;
-  uint64_t cross_up, cross_down, large_fallback;
-  uint64_t large_live, large_peak_live;
-  uint64_t threads;
-  uint64_t large_reused, large_cached_frees, large_cached_bytes;
+#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) uint64_t name;
+#include "lowtide_stats.def"
+#undef LOWTIDE_STAT
 };
 
 /* 0 on success; -1 with errno EINVAL if stats is NULL or size is too small. */
 int lowtide_get_stats(struct lowtide_stats* stats);
+
+/* The names of the fields after `size`, in order, comma-separated
+ * ("malloc_calls,calloc_calls,..."); each is a uint64_t. For bindings that
+ * build the struct at run time (python/lowtide.py). */
+const char* lowtide_stats_fields(void);
 
 enum { LOWTIDE_REPORT_CONFIGURED = 0, LOWTIDE_REPORT_TEXT = 1, LOWTIDE_REPORT_JSON = 2, LOWTIDE_REPORT_BOTH = 3 };
 

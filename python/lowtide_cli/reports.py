@@ -6,11 +6,17 @@ SCHEMA = "lowtide-report"
 SCHEMA_VERSION = 1
 CALLS = ("malloc", "calloc", "realloc", "aligned", "free")
 PATH_KEYS = ("requested", "out", "freed", "live")
-# large.* counters that add up across processes; large.live and
-# large.peak_live are process-wide levels, handled apart.
-LARGE_SUMS = ("maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes",
-              "returned_bytes", "cross_up", "cross_down", "fallback", "reused", "cached_frees",
-              "cached_bytes")
+# The keys of a report's "large" object that are process-wide levels,
+# handled apart (live is summed, peak_live has a max and a sum); every other
+# key there adds up across processes. The keys themselves are not listed
+# here: they are the report's (lowtide writes that object from its table of
+# counters, include/lowtide/lowtide_stats.def).
+LARGE_LEVELS = ("live", "peak_live")
+
+
+def large_sums(r):
+    """The keys of r["large"] that add up across processes, in order."""
+    return [k for k in r["large"] if k not in LARGE_LEVELS]
 
 
 class BadReport(ValueError):
@@ -49,25 +55,35 @@ def process_row(r, path):
     for path_name in ("small", "large"):
         for k in PATH_KEYS:
             row["%s_%s" % (path_name, k)] = t[path_name][k]
-    for k in LARGE_SUMS:
+    for k in large_sums(r):
         row["large_" + k] = lg[k]
     return row
 
 
-# Keys of a row that add up to a meaningful total.
+# Keys of a row that add up to a meaningful total, besides the large.*
+# counters (see sum_keys).
 SUM_KEYS = (["calls_" + c for c in CALLS]
             + ["%s_%s" % (p, k) for p in ("small", "large") for k in PATH_KEYS]
-            + ["large_" + k for k in LARGE_SUMS]
             + ["threads", "rss", "large_live"])
 # Per-process peaks: their max is a lower bound of the processes' combined
 # peak, their sum an upper bound (the processes need not peak together).
 PEAK_KEYS = ("peak_rss", "large_peak_live")
 
 
+def sum_keys(rows):
+    """SUM_KEYS with the rows' large.* counters (large_maps, ...: the keys
+    process_row took from large_sums) after the paths' keys, in report order."""
+    large = []
+    for r in rows:
+        large += [k for k in r if k.startswith("large_") and k not in SUM_KEYS and k not in PEAK_KEYS
+                  and k not in large]
+    return SUM_KEYS[:-3] + large + SUM_KEYS[-3:]
+
+
 def merge(rows):
     total = {"processes": len(rows), "partial": any(r["partial"] for r in rows)}
-    for k in SUM_KEYS:
-        total[k] = sum(r[k] for r in rows)
+    for k in sum_keys(rows):
+        total[k] = sum(r.get(k, 0) for r in rows)
     for k in PEAK_KEYS:
         total[k + "_max"] = max((r[k] for r in rows), default=0)
         total[k + "_sum"] = sum(r[k] for r in rows)

@@ -22,15 +22,11 @@ from lttest import check, clean_env, failures  # noqa: E402
 PROBE = r'''
 import ctypes, json, os, sys
 
-FIELDS = ["malloc_calls", "calloc_calls", "realloc_calls", "aligned_calls", "free_calls",
-          "small_requested", "small_out", "small_freed", "large_requested", "large_out", "large_freed",
-          "large_maps", "large_unmaps", "large_in_place", "large_remaps", "large_remap_bytes",
-          "large_copies", "large_copy_bytes", "large_returned_bytes", "cross_up", "cross_down",
-          "large_fallback", "large_live", "large_peak_live", "threads",
-          "large_reused", "large_cached_frees", "large_cached_bytes"]
+lib = ctypes.CDLL(None)
+lib.lowtide_stats_fields.restype = ctypes.c_char_p
+FIELDS = lib.lowtide_stats_fields().decode().split(",")
 class S(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in FIELDS]
-lib = ctypes.CDLL(None)
 def stats():
     s = S(); s.size = ctypes.sizeof(S); assert lib.lowtide_get_stats(ctypes.byref(s)) == 0; return s
 def large_maps(n):

@@ -14,19 +14,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lttest import check, failures  # noqa: E402
 
 
-FIELDS = ["malloc_calls", "calloc_calls", "realloc_calls", "aligned_calls", "free_calls",
-          "small_requested", "small_out", "small_freed", "large_requested", "large_out", "large_freed",
-          "large_maps", "large_unmaps", "large_in_place", "large_remaps", "large_remap_bytes",
-          "large_copies", "large_copy_bytes", "large_returned_bytes", "cross_up", "cross_down",
-          "large_fallback", "large_live", "large_peak_live", "threads",
-          "large_reused", "large_cached_frees", "large_cached_bytes"]
+lib = ctypes.CDLL(None, use_errno=True)
+# The struct's fields as the library names them (stats_layout_test.py checks
+# that list against the header).
+lib.lowtide_stats_fields.restype = ctypes.c_char_p
+FIELDS = lib.lowtide_stats_fields().decode().split(",")
 
 
 class Stats(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in FIELDS]
 
 
-lib = ctypes.CDLL(None, use_errno=True)
 lib.lowtide_version.restype = ctypes.c_char_p
 lib.lowtide_get_stats.argtypes = [ctypes.c_void_p]
 lib.lowtide_write_report.argtypes = [ctypes.c_char_p, ctypes.c_int]

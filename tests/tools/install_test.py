@@ -26,6 +26,8 @@ with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
     lib = os.path.join(dest + libdir, "liblowtide.so")
     check(os.access(lowtide, os.X_OK), "bin/lowtide installed, executable")
     check(os.path.isfile(os.path.join(root, "include", "lowtide", "lowtide.h")), "header installed")
+    check(os.path.isfile(os.path.join(root, "include", "lowtide", "lowtide_stats.def")),
+          "lowtide_stats.def installed next to it (the header includes it)")
     check(os.path.isfile(lib), "library installed in libdir")
 
     # The installed launcher with nothing of the source tree around it.
@@ -52,6 +54,23 @@ with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
         check(got["helper"] == os.path.join(pydir, "lowtide.py"), "installed helper imported: %r" % got)
     with open(os.path.join(dest, "r.json")) as f:
         check(json.load(f)["schema"] == "lowtide-report", "report written")
+
+    # The installed helper's ctypes struct is the installed header's, field
+    # by field (tests/stats/stats_layout.c prints the header's layout).
+    layout_src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stats", "stats_layout.c")
+    layout_exe = os.path.join(dest, "stats_layout")
+    rc, out, err = run(["cc", "-o", layout_exe, layout_src, "-I" + os.path.join(root, "include")], env)
+    check(rc == 0, "stats_layout.c compiles against the installed header: %s" % err)
+    if rc == 0:
+        c_layout = run([layout_exe], env)[1]
+        rc, py_layout, err = run([lowtide, "run", "--", "/usr/bin/python3", "-c",
+                                  "import ctypes, lowtide\n"
+                                  "S = lowtide._Stats\n"
+                                  "print('sizeof %d' % ctypes.sizeof(S))\n"
+                                  "for n, _ in S._fields_[1:]: print(n, getattr(S, n).offset, getattr(S, n).size)"],
+                                 dict(env, PYTHONPATH=pydir), cwd=dest)
+        check(rc == 0 and py_layout == c_layout and c_layout.count("\n") >= 29,
+              "installed helper's struct = installed header's:\n%s\n%s%s" % (py_layout, c_layout, err))
 
     # pkg-config: the paths are the configured prefix's (where a real install
     # puts them); under the DESTDIR they hold the installed files.
