@@ -144,10 +144,9 @@ bool create_new(PathBuf* pb, const char* body, std::size_t n) {
       return false;
     }
     ok = write_all(fd, body, n);
-    int e = errno;
     ok = (::close(fd) == 0) && ok;
     if (ok && ::rename(pb->tmp, pb->target) == 0) return true;
-    e = errno;
+    const int e = errno;
     ::unlink(pb->tmp);
     errno = e;
     return false;

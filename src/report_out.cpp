@@ -52,9 +52,15 @@ Human::Human(double v) noexcept {
     v /= 1024;
     ++u;
   }
-  auto r = u == 0 ? fmt::format_to_n(s, sizeof s - 1, "{}{:.0f} B", neg ? "-" : "", v)
-                  : fmt::format_to_n(s, sizeof s - 1, "{}{:.1f} {}", neg ? "-" : "", v, units[u]);
-  s[r.size < sizeof s - 1 ? r.size : sizeof s - 1] = '\0';
+  s[0] = '\0';
+  try {  // as in Out::put: nothing to throw, and nothing may escape
+    auto r = u == 0 ? fmt::format_to_n(s, sizeof s - 1, "{}{:.0f} B", neg ? "-" : "", v)
+                    : fmt::format_to_n(s, sizeof s - 1, "{}{:.1f} {}", neg ? "-" : "", v, units[u]);
+    s[r.size < sizeof s - 1 ? r.size : sizeof s - 1] = '\0';
+  } catch (...) {
+    s[0] = '?';
+    s[1] = '\0';
+  }
 }
 
 Out::Out(char* buf, std::size_t cap) noexcept
@@ -117,23 +123,22 @@ void Out::json_string(const char* str, std::size_t n) noexcept {
   std::size_t i = 0;
   while (i < n && !full_) {
     unsigned char c = s[i];
+    std::size_t k = 0;
     if (c == '"' || c == '\\') {
       char e[2] = {'\\', static_cast<char>(c)};
       raw(e, 2);
       ++i;
-    } else if (c < 0x20 || c == 0x7f) {
-      put("\\u{:04x}", static_cast<unsigned>(c));
-      ++i;
-    } else if (c < 0x80) {
+    } else if (c >= 0x20 && c < 0x7f) {
       // A run of plain ASCII in one copy.
       std::size_t j = i;
       while (j < n && s[j] >= 0x20 && s[j] < 0x7f && s[j] != '"' && s[j] != '\\') ++j;
       raw(str + i, j - i);
       i = j;
-    } else if (std::size_t k = utf8_length(s + i, n - i); k != 0) {
+    } else if (c >= 0x80 && (k = utf8_length(s + i, n - i)) != 0) {
       raw(str + i, k);
       i += k;
     } else {
+      // A control character, DEL, or a byte that is not well-formed UTF-8.
       put("\\u{:04x}", static_cast<unsigned>(c));
       ++i;
     }

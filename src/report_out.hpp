@@ -60,9 +60,16 @@ class Out {
   void put(fmt::format_string<Args...> f, Args&&... args) noexcept {
     if (full_) return;
     std::size_t room = cap_ - len_;
-    auto r = fmt::format_to_n(buf_ + len_, room, f, std::forward<Args>(args)...);
-    if (r.size > room) overflow();
-    else len_ += r.size;
+    // The format strings are checked at compile time and nothing here
+    // allocates, so fmt has nothing to throw; were it to, the report ends
+    // here (marked) rather than an exception reaching C code.
+    try {
+      auto r = fmt::format_to_n(buf_ + len_, room, f, std::forward<Args>(args)...);
+      if (r.size > room) overflow();
+      else len_ += r.size;
+    } catch (...) {
+      overflow();
+    }
   }
   void raw(const char* s, std::size_t n) noexcept;
   void raw(const char* s) noexcept { raw(s, std::strlen(s)); }
