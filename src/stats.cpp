@@ -140,6 +140,62 @@ std::size_t registry_size() {
   return __atomic_load_n(&nslots, __ATOMIC_RELAXED) + 1;
 }
 
+namespace {
+
+void add_counts(ThreadRow* r, const std::uint64_t* c, const std::uint64_t* h) {
+  for (unsigned i = 0; i < kCounters; ++i) r->c[i] += c[i];
+  for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += h[i];
+}
+
+// A slot's counters, each read once (the owner may be writing them).
+void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h) {
+  for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
+}
+
+// The registry's slots into rows (while they fit, one kept back) and the
+// totals; the rest into `folded`. Under mu, or without it at exit.
+void read_registry(Snapshot* snap, ThreadRow* folded) {
+  std::uint64_t c[kCounters];
+  std::uint64_t h[kHistBuckets];
+  for (Slot* s = head; s != nullptr; s = s->next) {
+    ++snap->threads_seen;
+    read_slot(s, c, h);
+    add_counts(&snap->total, c, h);
+    if (snap->nrows + 1 < snap->cap) {
+      ThreadRow* r = &snap->rows[snap->nrows++];
+      std::memset(r, 0, sizeof *r);
+      r->tid = s->tid;
+      r->alive = s->alive != 0;
+      std::memcpy(r->name, s->name, sizeof r->name);
+      if (r->alive) read_name(s->tid, r->name);  // the name it has now
+      add_counts(r, c, h);
+    } else {
+      folded->folded += 1;
+      add_counts(folded, c, h);
+    }
+  }
+}
+
+// Recycled threads' counters and the out-of-memory slot's, into `folded`
+// and the totals.
+void read_retired(Snapshot* snap, ThreadRow* folded) {
+  folded->folded += static_cast<std::uint32_t>(retired_threads);
+  add_counts(folded, retired.c, retired.hist);
+  add_counts(&snap->total, retired.c, retired.hist);
+  bool overflow_used = false;
+  for (unsigned i = 0; i < kCounters; ++i) overflow_used |= overflow_slot.c[i] != 0;
+  if (!overflow_used) return;
+  std::uint64_t c[kCounters];
+  std::uint64_t h[kHistBuckets];
+  read_slot(&overflow_slot, c, h);
+  add_counts(folded, c, h);
+  add_counts(&snap->total, c, h);
+  if (folded->folded == 0) folded->folded = 1;
+}
+
+}  // namespace
+
 void snapshot(Snapshot* snap, bool try_only) {
   bool locked;
   if (try_only) locked = pthread_mutex_trylock(&mu) == 0;
@@ -153,42 +209,8 @@ void snapshot(Snapshot* snap, bool try_only) {
   // sized the buffer. Totals never lose a count.
   ThreadRow folded;
   std::memset(&folded, 0, sizeof folded);
-  auto add_counts = [](ThreadRow* r, const std::uint64_t* c, const std::uint64_t* h) {
-    for (unsigned i = 0; i < kCounters; ++i) r->c[i] += c[i];
-    for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += h[i];
-  };
-  std::uint64_t c[kCounters];
-  std::uint64_t h[kHistBuckets];
-  for (Slot* s = head; s != nullptr; s = s->next) {
-    ++snap->threads_seen;
-    for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
-    add_counts(&snap->total, c, h);
-    if (snap->nrows + 1 < snap->cap) {
-      ThreadRow* r = &snap->rows[snap->nrows++];
-      std::memset(r, 0, sizeof *r);
-      r->tid = s->tid;
-      r->alive = s->alive != 0;
-      std::memcpy(r->name, s->name, sizeof r->name);
-      if (r->alive) read_name(s->tid, r->name);  // the name it has now
-      add_counts(r, c, h);
-    } else {
-      folded.folded += 1;
-      add_counts(&folded, c, h);
-    }
-  }
-  bool overflow_used = false;
-  for (unsigned i = 0; i < kCounters; ++i) overflow_used |= overflow_slot.c[i] != 0;
-  folded.folded += static_cast<std::uint32_t>(retired_threads);
-  add_counts(&folded, retired.c, retired.hist);
-  add_counts(&snap->total, retired.c, retired.hist);
-  if (overflow_used) {
-    for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&overflow_slot.c[i], __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&overflow_slot.hist[i], __ATOMIC_RELAXED);
-    add_counts(&folded, c, h);
-    add_counts(&snap->total, c, h);
-    if (folded.folded == 0) folded.folded = 1;
-  }
+  read_registry(snap, &folded);
+  read_retired(snap, &folded);
   if (folded.folded != 0 && snap->nrows < snap->cap) snap->rows[snap->nrows++] = folded;
   snap->large_live = large_live.load(std::memory_order_relaxed);
   snap->large_peak = large_peak.load(std::memory_order_relaxed);
