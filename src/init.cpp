@@ -80,7 +80,9 @@ void init_once() {
   small::configure();
   stats::init();
   cache::init();
-  large::space.hugepages = g.config.get(Opt::hugepages) == 0;  // "on" is the first word
+  // The words are "on", "off", "advise", in that order.
+  large::space.hugepages = g.config.get(Opt::hugepages) != 1;
+  large::space.advise_huge = g.config.get(Opt::hugepages) == 2;
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
   // although it commits nothing: take at most an eighth of the limit so the

@@ -28,9 +28,24 @@ std::size_t user_offset(std::size_t align) {
 constexpr std::size_t kHuge = std::size_t{2} << 20;
 constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
 
-// Blocks of 2 MiB and more start on a 2 MiB boundary and ask for huge pages:
-// a huge-page fault costs far less per byte than 512 small ones.
+// Blocks of 2 MiB and more start on a 2 MiB boundary, so that any huge page
+// the kernel is willing to give (THP in `always` mode, a program's own
+// MADV_HUGEPAGE as numpy makes on its arrays, khugepaged) covers their
+// interior; alignment costs no memory.
 bool wants_huge(std::size_t bytes) { return large::space.hugepages && bytes >= kHuge; }
+
+// lowtide itself asks for huge pages (MADV_HUGEPAGE) only with
+// LOWTIDE_HUGEPAGES=advise. Advised, a block touched in one byte of a 2 MiB
+// region gets the whole 2 MiB resident (and khugepaged, with its default
+// max_ptes_none of 511, may later fill regions touched in a single page):
+// 73 blocks of 8 MiB with a byte written each cost 146 MiB instead of glibc's
+// 0.5. What advice buys is the first touch of fresh memory (one 2 MiB fault
+// for 512 small ones): 10-20x on these VMs, where a 4 KiB fault costs 3-30 us,
+// but about 2x on bare metal (~0.5 us); warm memory, as the reuse cache hands
+// out, is as fast either way (see docs/benchmarks.md). Nor is collapsing
+// proven-dense blocks at free (MADV_COLLAPSE) worth it: it copies the pages,
+// costing more than the faults it would save. So by default no advice.
+bool wants_advice(std::size_t bytes) { return large::space.advise_huge && wants_huge(bytes); }
 
 [[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
 
@@ -107,7 +122,7 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out) {
     a_.release(e.start, e.n);
     return refusal(c);
   }
-  if (wants_huge(e.bytes())) ops_.advise_hugepage(e.base(a_), e.bytes());
+  if (wants_advice(e.bytes())) ops_.advise_hugepage(e.base(a_), e.bytes());
   large::space.mapped.fetch_add(e.bytes(), std::memory_order_relaxed);
   *out = e;
   return Result::ok;
@@ -246,7 +261,7 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
 bool LargePath::grow_into_cache(Change& c) {
   if (!cache_.take_at(c.old.end(), c.need - c.old.n)) return false;
   a_.join(c.old.start, c.old.n, c.need);
-  if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
+  if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
   c.h->length = c.bytes;
   c.h->requested = c.size;
   account(c, stats::large_in_place);
@@ -267,7 +282,7 @@ bool LargePath::grow_in_place(Change& c) {
   // The whole block, not only the new tail: a head advised differently
   // (it was under 2 MiB) would be a mapping of its own, which mremap
   // may refuse to move and which gets no huge pages.
-  if (wants_huge(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
+  if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
   large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
   c.h->length = c.bytes;
   c.h->requested = c.size;
@@ -354,7 +369,7 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   // pages. (A moved head stays a mapping of its own all the same: the
   // kernel does not merge anonymous memory that mremap moved with memory
   // mapped where it landed.)
-  if (wants_huge(c.bytes)) ops_.advise_hugepage(nbase, c.bytes);
+  if (wants_advice(c.bytes)) ops_.advise_hugepage(nbase, c.bytes);
   void* user = nbase + c.off;
   BlockHeader* nh = header_of(user);
   c.h = nh;  // the old pages are gone (moved, or about to be): account on the copy

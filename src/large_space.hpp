@@ -14,7 +14,10 @@ namespace lowtide::large {
 struct Space {
   Arena arena;
   bool disabled = false;   // no reservation could be made: large blocks go to mimalloc
-  bool hugepages = true;   // LOWTIDE_HUGEPAGES
+  // LOWTIDE_HUGEPAGES: blocks of 2 MiB and more start on a 2 MiB boundary
+  // (on, advise); and are madvise(MADV_HUGEPAGE)d as well (advise only).
+  bool hugepages = true;
+  bool advise_huge = false;
   std::atomic<std::size_t> blocks{0};  // live large blocks
   std::atomic<std::size_t> mapped{0};  // bytes committed for them (and the cache)
 };

@@ -7,6 +7,7 @@ namespace lowtide {
 namespace {
 const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both"};
 const char* const kOnOff[] = {"on", "off"};
+const char* const kHugeWords[] = {"on", "off", "advise"};
 }
 
 StatsMode stats_mode(std::uint64_t i) {
@@ -27,7 +28,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0, "size"},
     {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0, "milliseconds"},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
-    {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kHugeWords, 3, "choice"},
     {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0, "count"},
     {"LOWTIDE_SITE_SAMPLE", OptKind::size, "2MiB", 0, std::uint64_t{1} << 30, nullptr, 0, "size"},
 };

@@ -103,7 +103,7 @@ TEST_CASE("describe_valid names what each kind accepts") {
   describe_valid(*find_option("LOWTIDE_DECAY_MS"), buf, sizeof buf);
   CHECK(std::string(buf) == "1 to 3600000");
   describe_valid(*find_option("LOWTIDE_HUGEPAGES"), buf, sizeof buf);
-  CHECK(std::string(buf) == "on, off");
+  CHECK(std::string(buf) == "on, off, advise");
   describe_valid(*find_option("LOWTIDE_STATS_FILE"), buf, sizeof buf);
   CHECK(std::string(buf) == "1 to 1023 bytes");
   describe_valid(*find_option("LOWTIDE_CUTOFF"), buf, 6);
