@@ -37,14 +37,16 @@ bool wants_huge(std::size_t bytes) { return large::space.hugepages && bytes >= k
 // lowtide itself asks for huge pages (MADV_HUGEPAGE) only with
 // LOWTIDE_HUGEPAGES=advise. Advised, a block touched in one byte of a 2 MiB
 // region gets the whole 2 MiB resident (and khugepaged, with its default
-// max_ptes_none of 511, may later fill regions touched in a single page):
-// 73 blocks of 8 MiB with a byte written each cost 146 MiB instead of glibc's
-// 0.5. What advice buys is the first touch of fresh memory (one 2 MiB fault
-// for 512 small ones): 10-20x on these VMs, where a 4 KiB fault costs 3-30 us,
-// but about 2x on bare metal (~0.5 us); warm memory, as the reuse cache hands
-// out, is as fast either way (see docs/benchmarks.md). Nor is collapsing
-// proven-dense blocks at free (MADV_COLLAPSE) worth it: it copies the pages,
-// costing more than the faults it would save. So by default no advice.
+// max_ptes_none of 511, may fill advised regions touched in one page later):
+// 73 blocks of 8 MiB with one byte written each cost 146 MiB, glibc 0.5 MiB.
+// What advice buys is speed on memory written in full: first touch 6x faster
+// on these VMs (a 4 KiB fault costs 3-30 us here, ~0.25-1 us on bare metal,
+// where the estimate is 2-4x) and rewriting warm blocks 1.6x (nested paging
+// makes TLB misses dear on a VM; a few per cent on bare metal). Bloat that
+// can reach 512x is the worse risk, and numpy advises its own arrays, so by
+// default no advice. MADV_COLLAPSE of blocks found dense at free was
+// measured too: it copies the pages, 18-116 ms per 64 MiB here, more than
+// the faults it would save. Figures: docs/benchmarks.md.
 bool wants_advice(std::size_t bytes) { return large::space.advise_huge && wants_huge(bytes); }
 
 [[noreturn]] void invalid(const char* what, const void* p) { log::fatal_pointer(what, p); }
