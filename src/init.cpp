@@ -8,6 +8,7 @@
 
 #include "forward.hpp"
 #include "log.hpp"
+#include "mem_limit.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
 #include "large_cache.hpp"
@@ -80,6 +81,7 @@ void init_once() {
   small::configure();
   stats::init();
   cache::init();
+  limit::init(&small::release_retained);
   large::space.hugepages = g.config.get(Opt::hugepages) == 0;  // "on" is the first word
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
