@@ -208,10 +208,10 @@ bool directory(const char* mount_point, const char* root, const char* path, char
 bool locate(const char* root, bool v2, char* scratch, std::size_t cap, Location* out) {
   *out = Location{};
   out->v2 = v2;
-  char path[Location::kPathMax];
-  char own[Location::kPathMax];
-  char mount_point[Location::kPathMax];
-  char mount_root[Location::kPathMax];
+  char path[Location::kPathMax] = {};
+  char own[Location::kPathMax] = {};
+  char mount_point[Location::kPathMax] = {};
+  char mount_root[Location::kPathMax] = {};
   if (!rooted(root, "/proc/self/cgroup", path, sizeof path) || pal::read_file(path, scratch, cap) <= 0 ||
       !own_path(scratch, v2, own, sizeof own))
     return false;
@@ -226,7 +226,7 @@ bool locate(const char* root, bool v2, char* scratch, std::size_t cap, Location*
     mount_root[1] = '\0';
   }
   // The mount point is as the process sees it; under a test's root it moves there.
-  char base[Location::kPathMax];
+  char base[Location::kPathMax] = {};
   if (!rooted(root, mount_point, base, sizeof base)) return false;
   if (!directory(base, mount_root, own, out->dir, sizeof out->dir)) return false;
   out->base_len = length(base);
