@@ -285,7 +285,11 @@ std::atomic<bool> thread_started{false};
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   for (;;) {
-    std::uint64_t period = production_cache.decay_ns() / 4 > 1'000'000 ? production_cache.decay_ns() / 4 : 1'000'000;
+    // A quarter of the decay period, at least 1 ms; at most 1 s, so the
+    // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
+    // pace under a long LOWTIDE_DECAY_MS.
+    std::uint64_t period = production_cache.decay_ns() / 4;
+    period = period < 1'000'000 ? 1'000'000 : period > 1'000'000'000 ? 1'000'000'000 : period;
     timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
     nanosleep(&ts, nullptr);
     limit::tick();  // the RSS sample purge's limit check reads
