@@ -8,6 +8,7 @@
 
 #include "forward.hpp"
 #include "log.hpp"
+#include "mem_limit.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
 #include "large_cache.hpp"
@@ -80,6 +81,7 @@ void init_once() {
   small::configure();
   stats::init();
   cache::init();
+  limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;
   large::space.advise_huge = g.config.get(Opt::hugepages) == 2;

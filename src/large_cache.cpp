@@ -10,6 +10,7 @@
 #include "arena.hpp"
 #include "large_space.hpp"
 #include "log.hpp"
+#include "mem_limit.hpp"
 #include "platform.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -115,9 +116,16 @@ void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
   }
 }
 
+std::size_t ReuseCache::allowed(std::size_t held) const {
+  const std::size_t room = deps_.room != nullptr ? deps_.room(held) : SIZE_MAX;
+  return room < cap_ ? room : cap_;
+}
+
 bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
-  // Refused: no thread to return it later (see start_thread); return it now.
-  if (Extent::bytes_of(n) > cap_ || refusing_.load(std::memory_order_relaxed)) return false;
+  // Refused: no thread to return it later (see start_thread), or no room
+  // under the memory limit even for this block alone; return it now.
+  const std::size_t len = Extent::bytes_of(n);
+  if (len > allowed(cached_bytes() + len) || refusing_.load(std::memory_order_relaxed)) return false;
   Entry evicted[kSlots + 1];
   int nev = 0;
   std::uint64_t now = deps_.now_ns();
@@ -132,7 +140,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
   }
   entries_[count_++] = Entry{start, n, now};
   bytes_held_ += Extent::bytes_of(n);
-  if (bytes_held_ > cap_) nev += trim_oldest(bytes_held_ - cap_, evicted + nev);
+  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most) nev += trim_oldest(bytes_held_ - most, evicted + nev);
   recompute_oldest();
   unlock();
   give_back(evicted, nev);
@@ -190,11 +198,12 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
 }
 
 std::size_t ReuseCache::purge(bool all) {
-  if (cached_bytes() == 0) return 0;
+  const std::size_t held = cached_bytes();
+  if (held == 0) return 0;
   std::uint64_t now = deps_.now_ns();
   std::uint64_t max_age = decay_ns_;
   if (age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_) max_age = decay_ns_ * kBusyAgeFactor;
-  if (!all && age_ns(now, oldest_ns_.load(std::memory_order_relaxed)) < max_age) return 0;
+  if (!all && age_ns(now, oldest_ns_.load(std::memory_order_relaxed)) < max_age && held <= allowed(held)) return 0;
   Entry out[kSlots];
   int n = 0;
   lock();
@@ -206,6 +215,10 @@ std::size_t ReuseCache::purge(bool all) {
       ++i;
     }
   }
+  // The process grew towards its memory limit: what is left, oldest first,
+  // down to what the limit leaves room for. (At most kSlots entries in all:
+  // trim_oldest takes only entries still cached.)
+  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most) n += trim_oldest(bytes_held_ - most, out + n);
   recompute_oldest();
   unlock();
   return give_back(out, n);
@@ -259,7 +272,7 @@ namespace {
 
 void returned_to_os(std::size_t bytes) { account_returned(bytes); }
 
-constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os};
+constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os, &limit::cache_room};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};
@@ -272,9 +285,14 @@ std::atomic<bool> thread_started{false};
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   for (;;) {
-    std::uint64_t period = production_cache.decay_ns() / 4 > 1'000'000 ? production_cache.decay_ns() / 4 : 1'000'000;
+    // A quarter of the decay period, at least 1 ms; at most 1 s, so the
+    // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
+    // pace under a long LOWTIDE_DECAY_MS.
+    std::uint64_t period = production_cache.decay_ns() / 4;
+    period = period < 1'000'000 ? 1'000'000 : period > 1'000'000'000 ? 1'000'000'000 : period;
     timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
     nanosleep(&ts, nullptr);
+    limit::tick();  // the RSS sample purge's limit check reads
     if (production_cache.cached_bytes() != 0) production_cache.purge(false);
   }
   return nullptr;
@@ -367,6 +385,9 @@ void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
 std::size_t cached_bytes() { return production_cache.cached_bytes(); }
 
 void note_large_allocation() {
+  // Outside every lock: keeps the memory limit's RSS estimate fresh when the
+  // decay thread is off (frees need none: they only make it smaller).
+  limit::maybe_sample();
   if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 

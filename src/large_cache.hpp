@@ -33,6 +33,11 @@ struct Deps {
   void (*decommit)(void* p, std::size_t len);
   // Told of every byte given back to the OS (accounting); may be null.
   void (*returned)(std::size_t bytes);
+  // How many bytes the cache may hold now, given it holds `held` (the
+  // memory limit: src/mem_limit.hpp); may be null (only the cap bounds it).
+  // Called without the lock on put's and purge's quick checks, then again
+  // under it; must not lock or allocate.
+  std::size_t (*room)(std::size_t held) = nullptr;
 };
 
 class ReuseCache {
@@ -81,7 +86,8 @@ class ReuseCache {
   bool take_at(std::uint32_t at, std::uint32_t n);
 
   // Return everything that has been cached longer than the decay period (all
-  // of it when `all`). Returns the bytes given back.
+  // of it when `all`), and, oldest first, what the memory limit no longer
+  // leaves room for (Deps::room). Returns the bytes given back.
   std::size_t purge(bool all);
 
   // A request the cache could not serve is about to fault `bytes` fresh:
@@ -111,6 +117,8 @@ class ReuseCache {
     std::uint64_t freed_ns;
   };
 
+  // What the cache may hold now, holding `held`: the cap, lowered by Deps::room.
+  std::size_t allowed(std::size_t held) const;
   void recompute_oldest();
   void remove_at(int i);
   std::size_t give_back(const Entry* out, int n);
@@ -151,7 +159,8 @@ std::size_t purge(bool all);
 void evict_for(std::size_t bytes);
 std::size_t cached_bytes();
 
-// Called on every large allocation: starts the decay thread the first time.
+// Called on every large allocation: refreshes the memory limit's RSS sample
+// when it is old, and starts the decay thread the first time.
 void note_large_allocation();
 
 void init();

@@ -8,6 +8,7 @@ namespace {
 const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both"};
 const char* const kOnOff[] = {"on", "off"};
 const char* const kHugeWords[] = {"on", "off", "advise"};
+const char* const kCgroup[] = {"cgroup"};
 }
 
 StatsMode stats_mode(std::uint64_t i) {
@@ -31,6 +32,9 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kHugeWords, 3, "choice"},
     {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0, "count"},
     {"LOWTIDE_SITE_SAMPLE", OptKind::size, "2MiB", 0, std::uint64_t{1} << 30, nullptr, 0, "size"},
+    {"LOWTIDE_LIMIT", OptKind::size, "cgroup", 0, std::uint64_t{64} << 40, kCgroup, 1, "size"},
+    // For tests: where /proc/self/cgroup and the cgroup mounts are looked for.
+    {"LOWTIDE_CGROUP_ROOT", OptKind::text, "/", 0, kTextMax - 1, nullptr, 0, "path"},
 };
 
 namespace {
@@ -103,6 +107,11 @@ bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, con
       return true;
     }
     case OptKind::size:
+      if (spec.nchoices != 0 && parse_choice(text, spec.choices, spec.nchoices) >= 0) {
+        *out = kSizeWord;
+        return true;
+      }
+      return parse_number(spec, text, out, reason);
     case OptKind::count: return parse_number(spec, text, out, reason);
   }
   return false;
@@ -140,6 +149,10 @@ void describe_valid(const OptionSpec& spec, char* buf, unsigned cap) {
     case OptKind::count: {
       // Byte sizes in binary units; plain numbers (counts, milliseconds) as digits.
       const bool bytes = spec.kind == OptKind::size && spec.unit[0] == 's';
+      if (spec.kind == OptKind::size && spec.nchoices != 0) {
+        put(spec.choices[0]);
+        put(" or ");
+      }
       put(bytes ? format_size(spec.min, a, sizeof a) : format_count(spec.min, a, sizeof a));
       put(" to ");
       put(bytes ? format_size(spec.max, b, sizeof b) : format_count(spec.max, b, sizeof b));

@@ -8,7 +8,7 @@
 namespace lowtide {
 
 enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
-                       count };
+                       limit, cgroup_root, count };
 
 enum class OptKind { size, choice, text, count };  // count: a plain whole number
 
@@ -17,10 +17,15 @@ struct OptionSpec {
   OptKind kind;
   const char* default_text;  // as documented and as parsed
   std::uint64_t min, max;    // accepted range (sizes)
-  const char* const* choices;  // for OptKind::choice
+  // For OptKind::choice, the words. A size may take one word too (its
+  // default, e.g. LOWTIDE_LIMIT's "cgroup"), read as kSizeWord.
+  const char* const* choices;
   int nchoices;
   const char* unit;          // the Type column of docs/configuration.md
 };
+
+// The value of a size option set to its word rather than a number.
+constexpr std::uint64_t kSizeWord = UINT64_MAX;
 
 extern const OptionSpec kOptions[static_cast<unsigned>(Opt::count)];
 
@@ -39,7 +44,7 @@ StatsMode stats_mode(std::uint64_t choice_index);
 
 // What the option accepts, for warnings and the docs: "4 KiB to 1 TiB",
 // "1 to 3600000", "0 to 4096", "off, 0, on, 1, text, json, both", "1 to 1023
-// bytes". Written into buf (NUL-terminated, cut to cap); never allocates.
+// bytes", "cgroup or 0 B to 64 TiB". Written into buf (NUL-terminated, cut to cap); never allocates.
 void describe_valid(const OptionSpec& spec, char* buf, unsigned cap);
 // The option whose variable is `env`, or nullptr.
 const OptionSpec* find_option(const char* env);

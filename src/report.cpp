@@ -13,6 +13,7 @@
 #include <new>
 
 #include "log.hpp"
+#include "mem_limit.hpp"
 #include "options.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
@@ -154,6 +155,10 @@ void text_header(Out& o, const Data& d) {
   o.put("{:<28}{:>12}\n", "live, small path", Human(dbl(live(c, stats::small_out, stats::small_freed))));
   o.put("{:<28}{:>12}\n", "live, large path", Human(dbl(live(c, stats::large_out, stats::large_freed))));
   o.put("{:<28}{:>12}\n", "given back to the OS", Human(dbl(c[stats::large_returned_bytes])));
+  if (limit::current() != 0)
+    o.put("{:<28}{:>12}   ({})\n", "memory limit", Human(dbl(limit::current())), cgroup::source_name(limit::source()));
+  else
+    o.put("{:<28}{:>12}\n", "memory limit", "none");
 
   o.put("\n-- totals --\n");
   o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "calls", "malloc", "calloc", "realloc", "aligned", "free");
@@ -272,9 +277,9 @@ void json_head(Out& o, const Data& d, bool truncated) {
   o.put(", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {}, \"truncated\": {}, \"reports_dropped\": {},\n",
         route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
   o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
-        "\"returned_to_os\": {}}},\n",
+        "\"returned_to_os\": {}, \"limit\": {}, \"limit_source\": \"{}\"}},\n",
         d.peak_rss, d.rss, live(c, stats::small_out, stats::small_freed), live(c, stats::large_out, stats::large_freed),
-        c[stats::large_returned_bytes]);
+        c[stats::large_returned_bytes], limit::current(), cgroup::source_name(limit::source()));
   o.put(" \"totals\": {{\"calls\": ");
   json_calls(o, c);
   o.put(", \"small\": ");

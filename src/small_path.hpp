@@ -30,6 +30,17 @@ inline std::size_t good_size(std::size_t n) { return mi_good_size(small_request(
 inline bool owns(const void* p) { return mi_is_in_heap_region(p); }
 // Give back what mimalloc keeps for reuse (this thread's freed pages).
 inline void collect() { mi_collect(true); }
+// From the decay thread, while the process is over its memory limit: give
+// back what mimalloc keeps for reuse beyond any one thread (in 2.0.9, a
+// forced collect also purges the process-wide segment cache and frees empty
+// pages of abandoned segments). mimalloc's collect does nothing on a thread
+// whose heap was never set up, and the decay thread never allocates: set it
+// up first (from OS pages, no malloc; once, later calls return at once).
+// Other threads' own free pages stay theirs: only they can collect them.
+inline void release_retained() {
+  mi_thread_init();
+  mi_collect(true);
+}
 // Bytes mimalloc has committed, now and at its peak.
 inline void committed(std::size_t* now, std::size_t* peak) {
   std::size_t elapsed, user, sys, rss, peak_rss, faults;

@@ -53,8 +53,16 @@ def check_schema(r, pid=None):
     check(r["partial"] is False, "partial is false")
     check(r["truncated"] is False, "truncated is false")
     check(r["reports_dropped"] == 0, "no report dropped")
-    check(list(r["process"].keys()) == ["peak_rss", "rss", "live_small", "live_large", "returned_to_os"],
+    check(list(r["process"].keys()) == ["peak_rss", "rss", "live_small", "live_large", "returned_to_os",
+                                        "limit", "limit_source"],
           "process keys")
+    # The memory limit: these runs set no LOWTIDE_LIMIT, so it is the cgroup's
+    # (none on most machines); tests/memory/mem_limit.cpp checks "env" and
+    # "cgroup_v2" with the values it sets.
+    check(isinstance(r["process"]["limit"], int) and r["process"]["limit"] >= 0
+          and r["process"]["limit_source"] in ("none", "cgroup_v2", "cgroup_v1")
+          and (r["process"]["limit"] == 0) == (r["process"]["limit_source"] == "none"),
+          f"limit {r['process']['limit']} from {r['process']['limit_source']!r}")
     check(r["process"]["peak_rss"] >= r["process"]["rss"] > 0, "peak_rss >= rss > 0")
     t = r["totals"]
     check(list(t.keys()) == ["calls", "small", "large"] and list(t["calls"].keys()) == CALLS
@@ -397,6 +405,9 @@ def parse_text(text):
     idx = [lines.index(s) if s in lines else -1 for s in SECTIONS]
     check(all(i > 0 for i in idx) and idx == sorted(idx), f"sections in order: {idx}")
     v = {"pid": int(lines[0].split()[5])}
+    limit = [ln for ln in lines if ln.startswith("memory limit ")]
+    check(len(limit) == 1 and re.fullmatch(r"memory limit\s+(none|\S+ \S+\s+\((env|cgroup_v2|cgroup_v1)\))",
+                                           limit[0]) is not None, f"the memory limit row {limit}")
     i = lines.index("-- totals --")
     check(lines[i + 1].split() == ["calls"] + CALLS, f"calls header {lines[i + 1]!r}")
     v["calls"] = dict(zip(CALLS, map(int, lines[i + 2].split())))

@@ -45,9 +45,9 @@ Arena& test_arena() {
 struct Rig {
   Arena& a = test_arena();
   std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
-  ReuseCache c{a, kFakeDeps};
+  ReuseCache c;
   std::vector<Extent> live;  // extents the test holds (the "program's")
-  explicit Rig(std::size_t cap, std::uint64_t decay = kDecay) {
+  explicit Rig(std::size_t cap, std::uint64_t decay = kDecay, const Deps& deps = kFakeDeps) : c{a, deps} {
     REQUIRE(a.free_granules() == total);
     c.configure(cap, decay);
     fake_now = 0;
@@ -258,4 +258,52 @@ TEST_CASE("cache: refused puts, and check() reports an entry that is not the are
   CHECK(std::string(why).find("not one used extent") != std::string::npos);
   r.a.join(x.start, 1, 4);
   CHECK(r.c.check() == nullptr);
+}
+
+// The memory limit's room (src/mem_limit.hpp): a fake that leaves room for
+// `fake_room` bytes whatever the cache holds.
+namespace {
+std::size_t fake_room = SIZE_MAX;
+std::size_t room_of(std::size_t) { return fake_room; }
+constexpr Deps kRoomDeps{&fake_clock, &fake_decommit, &fake_returned, &room_of};
+}  // namespace
+
+TEST_CASE("cache: under a memory limit, puts keep only what the limit leaves room for") {
+  Rig r(64 * G, kDecay, kRoomDeps);
+  fake_room = 0;  // at or over the limit: nothing is kept
+  Extent refused = r.used(4);
+  CHECK_FALSE(r.put(refused));
+  r.live.push_back(refused);  // the caller gives a refused block back itself
+  CHECK(r.c.cached_bytes() == 0);
+  fake_room = 6 * G;  // near it: room for 6 granules
+  CHECK(r.put(r.used(4)));
+  CHECK(r.c.cached_bytes() == 4 * G);
+  fake_now = 1;
+  CHECK(r.put(r.used(4)));  // 8 > 6: the oldest gives way, oldest first
+  CHECK(r.c.cached_bytes() <= 6 * G);
+  CHECK(r.c.cached_bytes() >= 4 * G);
+  CHECK(decommitted == 8 * G - r.c.cached_bytes());
+  CHECK(r.c.check() == nullptr);
+  fake_room = 8 * G;  // a block larger than the room alone is refused
+  Extent big = r.used(16);
+  CHECK_FALSE(r.put(big));
+  r.live.push_back(big);
+  fake_room = SIZE_MAX;
+}
+
+TEST_CASE("cache: when the process grows towards its limit, purge trims what is cached, young or not") {
+  Rig r(64 * G, kDecay, kRoomDeps);
+  fake_room = SIZE_MAX;
+  CHECK(r.put(r.used(4)));
+  CHECK(r.put(r.used(4)));
+  CHECK(r.c.purge(false) == 0);  // young, and room enough
+  fake_room = 4 * G;
+  CHECK(r.c.purge(false) == 4 * G);
+  CHECK(r.c.cached_bytes() == 4 * G);
+  fake_room = 0;
+  CHECK(r.c.purge(false) == 4 * G);
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(returned == 8 * G);
+  CHECK(r.c.check() == nullptr);
+  fake_room = SIZE_MAX;
 }

@@ -1,0 +1,120 @@
+#include "mem_limit.hpp"
+
+#include <atomic>
+
+#include "large_space.hpp"
+#include "platform.hpp"
+#include "state.hpp"
+
+namespace lowtide::limit {
+
+namespace {
+
+constexpr std::uint64_t kSampleEveryNs = 100'000'000;       // large calls: at most every 100 ms
+constexpr std::uint64_t kRereadEveryNs = 4'000'000'000;     // the cgroup's files: every 4 s
+constexpr std::uint64_t kCollectEveryNs = 1'000'000'000;    // mimalloc's retained memory: once a second
+
+std::atomic<std::uint64_t> limit_bytes{0};
+std::atomic<unsigned> limit_source{static_cast<unsigned>(cgroup::Source::none)};
+// RSS at the last sample minus what the large path had committed then: the
+// rest of the process (small blocks, code, stacks). Signed: committed large
+// pages not yet touched count in mapped but not in RSS.
+std::atomic<std::int64_t> other_bytes{0};
+std::atomic<std::uint64_t> sampled_ns{0};
+std::atomic<std::uint64_t> reread_ns{0};
+std::atomic<std::uint64_t> collected_ns{0};
+bool from_cgroup = false;  // set at init: re-read the cgroup's files
+void (*release_small_fn)() = nullptr;
+
+// Written at init, read by the decay thread after it.
+cgroup::Location where_v2, where_v1;
+// mountinfo is read once, at init (single-threaded): a static buffer, since
+// it can be longer than a stack should hold; cut at this size, searched as
+// far as it goes.
+char scratch[64 << 10];
+
+// Another thread may have stored a time later than our `now`: that is 0 ago.
+std::uint64_t elapsed(std::uint64_t now, std::uint64_t then) { return now > then ? now - then : 0; }
+
+void sample() {
+  const std::size_t rss = pal::rss_bytes();
+  if (rss == 0) return;  // unreadable: keep the old estimate
+  const std::size_t mapped = large::space.mapped.load(std::memory_order_relaxed);
+  other_bytes.store(static_cast<std::int64_t>(rss) - static_cast<std::int64_t>(mapped), std::memory_order_relaxed);
+  sampled_ns.store(pal::now_ns(), std::memory_order_relaxed);
+}
+
+std::int64_t resident() {
+  return other_bytes.load(std::memory_order_relaxed) +
+         static_cast<std::int64_t>(large::space.mapped.load(std::memory_order_relaxed));
+}
+
+void reread() {
+  std::uint64_t l = cgroup::read_limit(where_v2);
+  cgroup::Source s = cgroup::Source::cgroup_v2;
+  if (l == 0) {
+    l = cgroup::read_limit(where_v1);
+    s = l != 0 ? cgroup::Source::cgroup_v1 : cgroup::Source::none;
+  }
+  limit_bytes.store(l, std::memory_order_relaxed);
+  limit_source.store(static_cast<unsigned>(s), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::size_t room_for(std::uint64_t limit, std::int64_t resident_bytes, std::size_t held) {
+  if (limit == 0) return SIZE_MAX;
+  const auto target = static_cast<std::int64_t>(limit - limit / 8);
+  std::int64_t other = resident_bytes - static_cast<std::int64_t>(held);
+  if (other < 0) other = 0;
+  return other < target ? static_cast<std::size_t>(target - other) : 0;
+}
+
+void init(void (*release_small)()) {
+  release_small_fn = release_small;
+  const std::uint64_t v = g.config.get(Opt::limit);
+  if (v != kSizeWord) {
+    limit_bytes.store(v, std::memory_order_relaxed);
+    limit_source.store(static_cast<unsigned>(v != 0 ? cgroup::Source::env : cgroup::Source::none),
+                       std::memory_order_relaxed);
+  } else {
+    from_cgroup = true;
+    const cgroup::Found f = cgroup::discover(g.config.str(Opt::cgroup_root), scratch, sizeof scratch, &where_v2, &where_v1);
+    limit_bytes.store(f.limit, std::memory_order_relaxed);
+    limit_source.store(static_cast<unsigned>(f.source), std::memory_order_relaxed);
+    reread_ns.store(pal::now_ns(), std::memory_order_relaxed);
+  }
+  if (limit_bytes.load(std::memory_order_relaxed) != 0) sample();
+}
+
+void tick() {
+  const std::uint64_t now = pal::now_ns();
+  if (from_cgroup && elapsed(now, reread_ns.load(std::memory_order_relaxed)) >= kRereadEveryNs) {
+    reread_ns.store(now, std::memory_order_relaxed);
+    reread();
+  }
+  const std::uint64_t l = limit_bytes.load(std::memory_order_relaxed);
+  if (l == 0) return;
+  sample();
+  if (resident() >= static_cast<std::int64_t>(l) && release_small_fn != nullptr &&
+      elapsed(now, collected_ns.load(std::memory_order_relaxed)) >= kCollectEveryNs) {
+    collected_ns.store(now, std::memory_order_relaxed);
+    release_small_fn();
+    sample();  // what that gave back
+  }
+}
+
+void maybe_sample() {
+  if (limit_bytes.load(std::memory_order_relaxed) == 0) return;
+  if (elapsed(pal::now_ns(), sampled_ns.load(std::memory_order_relaxed)) >= kSampleEveryNs) sample();
+}
+
+std::size_t cache_room(std::size_t held) {
+  const std::uint64_t l = limit_bytes.load(std::memory_order_relaxed);
+  return l == 0 ? SIZE_MAX : room_for(l, resident(), held);
+}
+
+std::uint64_t current() { return limit_bytes.load(std::memory_order_relaxed); }
+cgroup::Source source() { return static_cast<cgroup::Source>(limit_source.load(std::memory_order_relaxed)); }
+
+}  // namespace lowtide::limit
