@@ -167,7 +167,9 @@ void keep_or_retire(Slot* s) {
 // there goes to the back (a thread that never finishes exiting, such as a
 // main thread that called pthread_exit, must not hold up the others).
 void settle_exiting() {
-  for (unsigned i = 0; i < kChecksPerStart && exiting != nullptr; ++i) {
+  // Each entry at most once (a lone stuck one would otherwise be asked twice).
+  const std::size_t n = nexiting < kChecksPerStart ? nexiting : kChecksPerStart;
+  for (std::size_t i = 0; i < n; ++i) {
     Slot* s = pop_exiting();
     if (g.pid != 0 && pal::thread_gone(g.pid, static_cast<int>(s->tid))) keep_or_retire(s);
     else push_exiting(s);
