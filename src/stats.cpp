@@ -35,8 +35,12 @@ namespace {
 constexpr std::size_t kKeepExited = 256;  // the report shows 256 rows at most
 // Entries of `exiting` a thread start checks: more than one, so the list
 // drains faster than the one exit per start that can add to it. Each check
-// is one syscall.
+// is one syscall, so none are made while the list is this short or shorter:
+// the entries checked are then at least that many exits old, so nearly
+// always gone (a thread just joined is often not yet released), and a start
+// right after a few exits pays nothing.
 constexpr unsigned kChecksPerStart = 2;
+constexpr std::size_t kExitingSlack = 16;
 constexpr std::size_t kChunkSlots = 64;
 
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -165,11 +169,12 @@ void keep_or_retire(Slot* s) {
 
 // Move the oldest exiting threads that are gone to kept/retired; one still
 // there goes to the back (a thread that never finishes exiting, such as a
-// main thread that called pthread_exit, must not hold up the others).
+// main thread that called pthread_exit, must not hold up the others). The
+// list keeps kExitingSlack entries unchecked.
 void settle_exiting() {
-  // Each entry at most once (a lone stuck one would otherwise be asked twice).
-  const std::size_t n = nexiting < kChecksPerStart ? nexiting : kChecksPerStart;
-  for (std::size_t i = 0; i < n; ++i) {
+  if (nexiting <= kExitingSlack) return;
+  static_assert(kExitingSlack >= kChecksPerStart, "each entry is checked at most once per start");
+  for (unsigned i = 0; i < kChecksPerStart; ++i) {
     Slot* s = pop_exiting();
     if (g.pid != 0 && pal::thread_gone(g.pid, static_cast<int>(s->tid))) keep_or_retire(s);
     else push_exiting(s);
