@@ -192,7 +192,7 @@ Slot* take_slot() {
       chunk[i].next = spare;
       spare = &chunk[i];
     }
-    nmapped += kChunkSlots;
+    __atomic_store_n(&nmapped, nmapped + kChunkSlots, __ATOMIC_RELAXED);
   }
   Slot* s = spare;
   spare = s->next;
