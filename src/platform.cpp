@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -188,6 +189,25 @@ std::size_t rss_bytes() {
 }
 
 int current_tid() { return static_cast<int>(::syscall(SYS_gettid)); }
+
+void thread_name_self(char* out) {
+  // For the calling thread glibc's pthread_getname_np makes this same call;
+  // for any other thread it opens /proc/self/task/<tid>/comm.
+  char buf[16] = {};
+  int saved = errno;
+  if (::prctl(PR_GET_NAME, buf, 0, 0, 0) == 0) {
+    buf[15] = '\0';
+    std::memcpy(out, buf, sizeof buf);
+  }
+  errno = saved;
+}
+
+bool thread_gone(int pid, int tid) {
+  int saved = errno;
+  bool gone = ::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH;
+  errno = saved;
+  return gone;
+}
 
 std::uint64_t now_ns() {
   timespec ts;

@@ -52,6 +52,16 @@ long read_file(const char* path, char* buf, std::size_t cap);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 int current_tid();
+// The calling thread's name (its task comm, as pthread_setname_np or
+// PR_SET_NAME set it) into out[16], NUL-terminated: one prctl(PR_GET_NAME),
+// no file to open. out is left as it was if the kernel refuses.
+void thread_name_self(char* out);
+// Has thread `tid` of process `pid` gone for good: the kernel has released
+// it, so it runs no more code and writes no more memory? tgkill with signal
+// 0 (nothing is sent). A tid the kernel has already handed to a new thread
+// of this process reads as not gone, so a caller only ever waits longer.
+// errno is left as it was.
+bool thread_gone(int pid, int tid);
 // CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
 std::uint64_t now_ns();
 

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <ctime>
 #include <pthread.h>
 
 #include "log.hpp"
@@ -12,20 +11,49 @@ namespace lowtide::stats {
 
 namespace {
 
-// Slots kept in the registry before exited threads' slots are recycled
-// (their counters folded into `retired`).
-constexpr std::size_t kKeepRows = 256;
-// An exited thread may still allocate during its own teardown (TLS
-// destructors, glibc freeing its stack cache) after our key destructor ran:
-// its slot is recycled only once it has been gone this long.
-constexpr std::uint64_t kRecycleAfterNs = 2'000'000'000;
+// The registry (everything here under mu). A slot is in exactly one place:
+//
+//   live      threads that have not exited: a doubly linked list, so a
+//             thread's exit unlinks its slot in O(1)
+//   exiting   threads whose exit destructor ran but which may still be
+//             tearing themselves down (later TLS and key destructors,
+//             glibc's own thread cleanup) and so may still allocate and
+//             write their slot: a FIFO, a few entries checked per start
+//   kept      the kKeepExited heaviest threads that are gone for good, by
+//             bytes handed out: a min-heap, so the lightest is found in O(1)
+//             and replaced in O(log n); their rows stay in the report
+//   retired   the sum of every other gone thread's counters (one slot's
+//             worth of memory, however many threads)
+//   spare     slots ready for new threads
+//
+// A slot leaves `exiting` only once the kernel has released its thread
+// (pal::thread_gone), so no late write of that thread can land in a slot
+// handed to another: the counters stay exact. A thread's start and exit do a
+// bounded amount of work here (no walk over the registry, no file read), and
+// the slots in use are bounded by the threads alive at once, those still
+// exiting and kKeepExited, not by how many threads ever ran.
+constexpr std::size_t kKeepExited = 256;  // the report shows 256 rows at most
+// Entries of `exiting` a thread start checks: more than one, so the list
+// drains faster than the one exit per start that can add to it. Each check
+// is one syscall, so none are made while the list is this short or shorter:
+// the entries checked are then at least that many exits old, so nearly
+// always gone (a thread just joined is often not yet released), and a start
+// right after a few exits pays nothing.
+constexpr unsigned kChecksPerStart = 2;
+constexpr std::size_t kExitingSlack = 16;
 constexpr std::size_t kChunkSlots = 64;
 
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-Slot* head = nullptr;      // every slot in use, newest first
-std::size_t nslots = 0;
-Slot* spare = nullptr;     // carved but unused slots
-Slot retired{};            // counters of recycled slots
+Slot* live = nullptr;  // newest first
+Slot* exiting = nullptr;  // oldest first
+Slot* exiting_tail = nullptr;
+std::size_t nlive = 0, nexiting = 0;
+Slot* kept[kKeepExited];  // min-heap by weight()
+std::size_t nkept = 0;
+std::size_t nrows = 0;    // nlive + nexiting + nkept, read unlocked by registry_size
+std::size_t nmapped = 0;  // slots ever mapped: bounds a walk made without mu
+Slot* spare = nullptr;    // carved but unused slots
+Slot retired{};           // counters of gone threads not kept
 std::uint64_t retired_threads = 0;
 pthread_key_t exit_key;
 bool have_key = false;
@@ -33,6 +61,7 @@ bool have_key = false;
 std::atomic<std::uint64_t> large_live{0};
 std::atomic<std::uint64_t> large_peak{0};
 
+// Only for slots whose thread is gone: nothing writes them any more.
 std::uint64_t weight(const Slot* s) { return s->c[small_out] + s->c[large_out]; }
 
 void read_name(std::uint32_t tid, char* out) {
@@ -43,8 +72,9 @@ void read_name(std::uint32_t tid, char* out) {
   long n = pal::read_file(path, buf, sizeof buf);
   if (n <= 0) return;
   if (buf[n - 1] == '\n') buf[n - 1] = '\0';
-  std::strncpy(out, buf, 15);
-  out[15] = '\0';
+  const std::size_t len = strnlen(buf, 15);  // comm is at most 15 characters
+  std::memcpy(out, buf, len);
+  out[len] = '\0';
 }
 
 void fold_into(Slot* dst, const Slot* src) {
@@ -52,31 +82,108 @@ void fold_into(Slot* dst, const Slot* src) {
   for (unsigned i = 0; i < kHistBuckets; ++i) dst->hist[i] += src->hist[i];
 }
 
+void publish_rows() { __atomic_store_n(&nrows, nlive + nexiting + nkept, __ATOMIC_RELAXED); }
+
+void push_live(Slot* s) {
+  s->prev = nullptr;
+  s->next = live;
+  if (live != nullptr) live->prev = s;
+  live = s;
+  ++nlive;
+}
+
+void unlink_live(Slot* s) {
+  if (s->prev != nullptr) s->prev->next = s->next;
+  else live = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+  s->next = s->prev = nullptr;
+  --nlive;
+}
+
+void push_exiting(Slot* s) {
+  s->next = nullptr;
+  s->prev = nullptr;
+  if (exiting_tail != nullptr) exiting_tail->next = s;
+  else exiting = s;
+  exiting_tail = s;
+  ++nexiting;
+}
+
+Slot* pop_exiting() {
+  Slot* s = exiting;
+  exiting = s->next;
+  if (exiting == nullptr) exiting_tail = nullptr;
+  s->next = nullptr;
+  --nexiting;
+  return s;
+}
+
+void free_slot(Slot* s) {
+  std::memset(static_cast<void*>(s), 0, sizeof *s);
+  s->next = spare;
+  spare = s;
+}
+
+void retire(Slot* s) {
+  fold_into(&retired, s);
+  ++retired_threads;
+  free_slot(s);
+}
+
+void sift_down(std::size_t i) {
+  for (;;) {
+    std::size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < nkept && weight(kept[l]) < weight(kept[m])) m = l;
+    if (r < nkept && weight(kept[r]) < weight(kept[m])) m = r;
+    if (m == i) return;
+    Slot* t = kept[i];
+    kept[i] = kept[m];
+    kept[m] = t;
+    i = m;
+  }
+}
+
+// A slot whose thread is gone for good: kept if it is among the
+// kKeepExited heaviest, else folded into `retired` (the lightest kept one
+// makes way for a heavier newcomer).
+void keep_or_retire(Slot* s) {
+  if (nkept < kKeepExited) {
+    std::size_t i = nkept++;
+    kept[i] = s;
+    while (i > 0 && weight(kept[(i - 1) / 2]) > weight(kept[i])) {
+      Slot* t = kept[i];
+      kept[i] = kept[(i - 1) / 2];
+      kept[(i - 1) / 2] = t;
+      i = (i - 1) / 2;
+    }
+    return;
+  }
+  if (weight(s) > weight(kept[0])) {
+    Slot* lightest = kept[0];
+    kept[0] = s;
+    sift_down(0);
+    s = lightest;
+  }
+  retire(s);
+}
+
+// Move the oldest exiting threads that are gone to kept/retired; one still
+// there goes to the back (a thread that never finishes exiting, such as a
+// main thread that called pthread_exit, must not hold up the others). The
+// list keeps kExitingSlack entries unchecked.
+void settle_exiting() {
+  if (nexiting <= kExitingSlack) return;
+  static_assert(kExitingSlack >= kChecksPerStart, "each entry is checked at most once per start");
+  for (unsigned i = 0; i < kChecksPerStart; ++i) {
+    Slot* s = pop_exiting();
+    if (g.pid != 0 && pal::thread_gone(g.pid, static_cast<int>(s->tid))) keep_or_retire(s);
+    else push_exiting(s);
+  }
+}
+
 // Under mu: a slot for a new thread.
 Slot* take_slot() {
-  if (nslots >= kKeepRows) {
-    // Recycle the lightest long-exited slot.
-    std::uint64_t now = pal::now_ns();
-    Slot* best = nullptr;
-    Slot* best_prev = nullptr;
-    Slot* prev = nullptr;
-    for (Slot* s = head; s != nullptr; prev = s, s = s->next) {
-      if (s->alive || now - s->exited_ns < kRecycleAfterNs) continue;
-      if (best == nullptr || weight(s) < weight(best)) {
-        best = s;
-        best_prev = prev;
-      }
-    }
-    if (best != nullptr) {
-      fold_into(&retired, best);
-      ++retired_threads;
-      if (best_prev != nullptr) best_prev->next = best->next;
-      else head = best->next;
-      --nslots;
-      std::memset(static_cast<void*>(best), 0, sizeof *best);
-      return best;
-    }
-  }
+  settle_exiting();
   if (spare == nullptr) {
     void* m = pal::map_lazy(kChunkSlots * sizeof(Slot));
     if (m == nullptr) return nullptr;
@@ -85,6 +192,7 @@ Slot* take_slot() {
       chunk[i].next = spare;
       spare = &chunk[i];
     }
+    __atomic_store_n(&nmapped, nmapped + kChunkSlots, __ATOMIC_RELAXED);
   }
   Slot* s = spare;
   spare = s->next;
@@ -96,28 +204,42 @@ Slot* take_slot() {
 // shared, so counts may be lost, but the process never fails for stats.
 Slot overflow_slot{};
 
+// The key destructor, on the exiting thread itself. The thread may still
+// allocate after this (t_local.stats keeps pointing at its slot), which is
+// why the slot waits in `exiting` rather than being folded here.
 void on_thread_exit(void* v) {
   auto* s = static_cast<Slot*>(v);
-  read_name(s->tid, s->name);
+  // The name it exits with, for its row: a syscall, not a /proc file.
+  char name[16];
+  std::memcpy(name, s->name, sizeof name);
+  pal::thread_name_self(name);
   pthread_mutex_lock(&mu);
+  std::memcpy(s->name, name, sizeof name);
   s->alive = 0;
-  s->exited_ns = pal::now_ns();
+  unlink_live(s);
+  push_exiting(s);
+  publish_rows();
   pthread_mutex_unlock(&mu);
 }
 
 }  // namespace
 
 Slot* attach() {
+  // The name it has now (usually inherited from its creator): a row keeps
+  // it if no later name can be read (a forked child's copy of its parent's
+  // other threads). Live rows read the current name at report time.
+  char name[16] = {};
+  pal::thread_name_self(name);
+  const std::uint32_t tid = current_tid();
   pthread_mutex_lock(&mu);
   Slot* s = take_slot();
   if (s != nullptr) {
-    s->tid = current_tid();
+    s->tid = tid;
     s->alive = 1;
-    read_name(s->tid, s->name);
-    s->next = head;
-    head = s;
-    ++nslots;
+    std::memcpy(s->name, name, sizeof name);
+    push_live(s);
   }
+  publish_rows();
   pthread_mutex_unlock(&mu);
   if (s == nullptr) return &overflow_slot;
   t_local.stats = s;
@@ -137,7 +259,7 @@ void large_live_add(std::size_t bytes) {
 void large_live_sub(std::size_t bytes) { large_live.fetch_sub(bytes, std::memory_order_relaxed); }
 
 std::size_t registry_size() {
-  return __atomic_load_n(&nslots, __ATOMIC_RELAXED) + 1;
+  return __atomic_load_n(&nrows, __ATOMIC_RELAXED) + 1;
 }
 
 namespace {
@@ -153,31 +275,43 @@ void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h) {
   for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
 }
 
-// The registry's slots into rows (while they fit, one kept back) and the
-// totals; the rest into `folded`. Under mu, or without it at exit.
-void read_registry(Snapshot* snap, ThreadRow* folded) {
+// One registry slot into a row (while they fit, one kept back) and the
+// totals, else into `folded`.
+void read_row(Snapshot* snap, ThreadRow* folded, const Slot* s) {
   std::uint64_t c[kCounters];
   std::uint64_t h[kHistBuckets];
-  for (Slot* s = head; s != nullptr; s = s->next) {
-    ++snap->threads_seen;
-    read_slot(s, c, h);
-    add_counts(&snap->total, c, h);
-    if (snap->nrows + 1 < snap->cap) {
-      ThreadRow* r = &snap->rows[snap->nrows++];
-      std::memset(r, 0, sizeof *r);
-      r->tid = s->tid;
-      r->alive = s->alive != 0;
-      std::memcpy(r->name, s->name, sizeof r->name);
-      if (r->alive) read_name(s->tid, r->name);  // the name it has now
-      add_counts(r, c, h);
-    } else {
-      folded->folded += 1;
-      add_counts(folded, c, h);
-    }
+  ++snap->threads_seen;
+  read_slot(s, c, h);
+  add_counts(&snap->total, c, h);
+  if (snap->nrows + 1 < snap->cap) {
+    ThreadRow* r = &snap->rows[snap->nrows++];
+    std::memset(r, 0, sizeof *r);
+    r->tid = s->tid;
+    r->alive = s->alive != 0;
+    std::memcpy(r->name, s->name, sizeof r->name);
+    if (r->alive) read_name(s->tid, r->name);  // the name it has now
+    add_counts(r, c, h);
+  } else {
+    folded->folded += 1;
+    add_counts(folded, c, h);
   }
 }
 
-// Recycled threads' counters and the out-of-memory slot's, into `folded`
+// Every registry slot: live, exiting, kept. Under mu, or without it at exit:
+// then a list may change under the walk, so each walk is bounded by the
+// slots that exist (it may miss or double a slot, never loop).
+void read_registry(Snapshot* snap, ThreadRow* folded) {
+  const std::size_t bound = __atomic_load_n(&nmapped, __ATOMIC_RELAXED);
+  std::size_t steps = 0;
+  for (Slot* s = live; s != nullptr && steps < bound; s = s->next, ++steps) read_row(snap, folded, s);
+  steps = 0;
+  for (Slot* s = exiting; s != nullptr && steps < bound; s = s->next, ++steps) read_row(snap, folded, s);
+  const std::size_t n = nkept < kKeepExited ? nkept : kKeepExited;
+  for (std::size_t i = 0; i < n; ++i)
+    if (kept[i] != nullptr) read_row(snap, folded, kept[i]);
+}
+
+// Retired threads' counters and the out-of-memory slot's, into `folded`
 // and the totals.
 void read_retired(Snapshot* snap, ThreadRow* folded) {
   folded->folded += static_cast<std::uint32_t>(retired_threads);
@@ -204,7 +338,7 @@ void snapshot(Snapshot* snap, bool try_only) {
   snap->nrows = 0;
   snap->threads_seen = 0;
   std::memset(&snap->total, 0, sizeof snap->total);
-  // One row is kept back for the folded threads: recycled slots, the
+  // One row is kept back for the folded threads: retired ones, the
   // out-of-memory slot, and any thread that registered after the caller
   // sized the buffer. Totals never lose a count.
   ThreadRow folded;
@@ -225,17 +359,33 @@ void fork_prepare() { pthread_mutex_lock(&mu); }
 void fork_parent() { pthread_mutex_unlock(&mu); }
 void fork_child() {
   pthread_mutex_init(&mu, nullptr);
-  // Only the forking thread exists in the child.
+  // Only the forking thread exists in the child: every other slot, living
+  // or exiting in the parent, belongs to a thread that will never write it
+  // here, so it settles at once (no syscall needed to know it is gone).
   Slot* mine = t_local.stats;
-  std::uint64_t now = pal::now_ns();
-  for (Slot* s = head; s != nullptr; s = s->next) {
+  for (Slot* s = live; s != nullptr;) {
+    Slot* next = s->next;
     if (s == mine) {
       s->tid = current_tid();
-    } else if (s->alive) {
+    } else {
+      unlink_live(s);
       s->alive = 0;
-      s->exited_ns = now;
+      keep_or_retire(s);
+    }
+    s = next;
+  }
+  // The forking thread may itself be past its exit destructor (a fork from
+  // a later destructor): its slot stays in `exiting`.
+  for (std::size_t n = nexiting; n > 0; --n) {
+    Slot* s = pop_exiting();
+    if (s == mine) {
+      s->tid = current_tid();
+      push_exiting(s);
+    } else {
+      keep_or_retire(s);
     }
   }
+  publish_rows();
 }
 
 }  // namespace lowtide::stats

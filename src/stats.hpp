@@ -34,10 +34,10 @@ struct alignas(64) Slot {
   std::uint64_t hist[kHistBuckets];
   // Registry fields, written under the registry lock.
   std::uint32_t tid;
-  std::uint32_t alive;  // 1 while the thread lives
-  std::uint64_t exited_ns;
+  std::uint32_t alive;  // 1 until the thread's exit destructor ran
   char name[16];
   Slot* next;
+  Slot* prev;  // on the list of living threads only (unlinked in O(1) at exit)
 };
 
 Slot* attach();  // slow path: this thread's first counted call
@@ -100,7 +100,8 @@ struct Snapshot {
   ThreadRow* rows;      // caller-provided storage
   std::size_t nrows;
   std::size_t cap;
-  std::size_t threads_seen;  // rows in the registry (may exceed cap)
+  std::size_t threads_seen;  // rows in the registry (may exceed cap): living
+                             // threads and the exited ones kept (stats.cpp)
   ThreadRow total;
   std::uint64_t large_live, large_peak;
   bool partial;  // a lock was held: read without it

@@ -227,6 +227,46 @@ def case_recycle(a, tmp):
     check(r["totals"]["calls"]["free"] >= 320, "recycled threads' frees still in the totals")
 
 
+# The registry's rows after 5,000 short-lived threads: the 256 heaviest
+# exited ones kept, the main thread, and any still exiting (a handful); the
+# slots lowtide maps follow the rows (a freed slot is reused before a new one
+# is mapped). Before the registry folded threads as they went, it kept every
+# thread that had exited in the last 2 s: about all 5,000 here.
+CHURN_MAX_ROWS = 256 + 1 + 128
+
+
+def case_churn(a, tmp):
+    rc, out, err = run([a.counts, "churn"], clean_env(a.lib, LOWTIDE_STATS="json",
+                                                      LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    did = json.loads(out)
+    r = load(only_file(tmp))
+    check_schema(r)
+    n, sizes = did["threads"], did["sizes"]
+    check(len(set(sizes)) == n, "distinct sizes")
+    check(did["registry"] <= CHURN_MAX_ROWS,
+          f"registry rows after {n} threads: {did['registry']} (at most {CHURN_MAX_ROWS})")
+    # Exact totals: only the workers make large allocations and memalign calls.
+    t = r["totals"]
+    check(t["large"]["requested"] == sum(sizes), f"large requested {t['large']['requested']} != {sum(sizes)}")
+    check(t["calls"]["aligned"] == n, f"aligned calls {t['calls']['aligned']} != {n}")
+    named = [row for row in r["threads"] if row["folded"] == 0]
+    folded = [row for row in r["threads"] if row["folded"] != 0]
+    check(len(folded) == 1 and len(named) == 256, f"{len(named)} rows + {len(folded)} folded")
+    if folded:
+        check(len(named) + folded[0]["folded"] == n + 1, f"{n + 1} threads accounted for")
+    # The rows kept are the heaviest threads (by bytes handed out: each one
+    # large block's usable size, equal for neighbouring sizes), each with its
+    # own exact counts; the main thread is lighter.
+    check(all(not row["alive"] and row["tid"] != did["main_tid"] for row in named), "rows are exited workers")
+    check(sorted(row["large"]["out"] for row in named) == sorted(did["usable"])[-256:],
+          "the rows are the 256 heaviest threads")
+    check(len({row["large"]["requested"] for row in named} - set(sizes)) == 0
+          and len({row["large"]["requested"] for row in named}) == 256, "each row one thread's block")
+    check(all(row["calls"]["aligned"] == 1 and row["calls"]["malloc"] == 1 and row["calls"]["free"] == 2
+              for row in named), "each row: one malloc, one memalign, two frees")
+
+
 def family(a, tmp, pattern):
     target = os.path.join(tmp, pattern)
     no_file = "-" if "%p" in pattern else target

@@ -11,8 +11,13 @@
 //   names   threads named before allocating, one renaming itself after
 //           allocating and exiting, one renaming itself and still alive at exit.
 //   many    300 threads that each malloc once and are all alive at exit.
-//   recycle 300 threads that each malloc/free once and exit, a pause of
-//           2.5 s (exited slots become recyclable after 2 s), 20 more.
+//   recycle 300 threads that each malloc/free once and exit, then 20 more
+//           (past 256 exited threads the lightest are folded).
+//   churn   5,000 short-lived threads, 10 at a time, each with one large
+//           block of its own size (all sizes distinct) and one memalign;
+//           prints the sizes and their usable sizes, the registry's row
+//           count (lowtide_stats.threads) after the last join and the main
+//           thread's tid.
 // Threads are raw pthreads (std::thread allocates its state in the parent and
 // frees it in the child, which would put one stray free in the child's row),
 // and nothing in a worker prints. Every wait is bounded by alarm().
@@ -27,6 +32,7 @@
 #include <new>
 #include <string>
 
+#include "../lowtide_stats.hpp"
 #include "../lowtide_test.hpp"
 
 namespace {
@@ -293,9 +299,53 @@ int run_recycle() {
     }
   };
   wave(300);
-  usleep(2500 * 1000);
   wave(20);
   std::printf("{\"threads\": 320}\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+// --- churn: many short-lived threads ------------------------------------------
+
+constexpr int kChurnThreads = 5000;
+constexpr int kChurnRound = 10;
+
+// Thread i's large block: 256 KiB + a distinct multiple of 4 KiB (7919 is
+// prime to 5,000, so i -> i * 7919 % 5,000 is a permutation): the heaviest
+// threads are spread over the run, not the last ones.
+std::size_t churn_size(int i) {
+  return (std::size_t{256} << 10) + static_cast<std::size_t>((i * 7919) % kChurnThreads) * 4096;
+}
+
+std::size_t churn_usable[kChurnThreads];  // the weights the registry ranks by
+
+void* churn_worker(void* arg) {
+  const int i = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  void* p = keep(std::malloc(churn_size(i)));
+  churn_usable[i] = malloc_usable_size(p);
+  std::free(p);
+  std::free(keep(memalign(64, 64)));
+  return nullptr;
+}
+
+int run_churn() {
+  pthread_attr_t attr;
+  CHECK(pthread_attr_init(&attr) == 0);
+  CHECK(pthread_attr_setstacksize(&attr, 64 << 10) == 0);
+  for (int r = 0; r < kChurnThreads; r += kChurnRound) {
+    pthread_t t[kChurnRound];
+    for (int k = 0; k < kChurnRound; ++k)
+      CHECK(pthread_create(&t[k], &attr, churn_worker, reinterpret_cast<void*>(static_cast<std::intptr_t>(r + k))) == 0);
+    for (pthread_t& x : t) CHECK(pthread_join(x, nullptr) == 0);
+  }
+  const lowtide_stats s = lt::read_stats();
+  std::string out = "{\"threads\": " + std::to_string(kChurnThreads) + ", \"registry\": " + std::to_string(s.threads) +
+                    ", \"main_tid\": " + std::to_string(gettid()) + ", \"sizes\": [";
+  for (int i = 0; i < kChurnThreads; ++i) out += (i ? ", " : "") + std::to_string(churn_size(i));
+  out += "], \"usable\": [";
+  for (int i = 0; i < kChurnThreads; ++i) out += (i ? ", " : "") + std::to_string(churn_usable[i]);
+  out += "]}\n";
+  std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
   return 0;
 }
@@ -310,6 +360,7 @@ int main(int argc, char** argv) {
   if (mode == "names") return run_names();
   if (mode == "many") return run_many();
   if (mode == "recycle") return run_recycle();
-  std::fprintf(stderr, "usage: %s counts|live5|names|many|recycle\n", argv[0]);
+  if (mode == "churn") return run_churn();
+  std::fprintf(stderr, "usage: %s counts|live5|names|many|recycle|churn\n", argv[0]);
   return 2;
 }

@@ -3,7 +3,8 @@
 // pool, allocates 8 of its own (small, near the cutoff, large; malloc,
 // operator new, calloc, realloc across the cutoff), frees some itself and
 // leaves the rest in the pool for later threads. lowtide's per-thread
-// counter slots are recycled under this load (more than its 256 kept rows).
+// counter slots are recycled under this load (far more exited threads than
+// the 256 it keeps rows for).
 // A fixed amount of work (the watchdog bounds it); at the end the pool is
 // emptied and the live-byte counters must be back at their start values.
 
