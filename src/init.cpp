@@ -45,6 +45,10 @@ void warn_option(const char* env, const char* value, const char* reason, const c
 // mallocs reach stats::attach), so it must be let finish before the registry
 // lock is taken.
 void before_fork() {
+  // The memory limit's collect lock first: the decay thread holds it while
+  // mimalloc collects, which may reach the registry (a thread's first
+  // allocation) under it.
+  limit::fork_prepare();
   sites::fork_prepare();
   stats::fork_prepare();
   cache::fork_prepare();
@@ -55,6 +59,7 @@ void after_fork_parent() {
   cache::fork_parent();
   stats::fork_parent();
   sites::fork_parent();
+  limit::fork_parent();
 }
 void after_fork_child() {
   large::space.arena.reset_after_fork();
@@ -64,6 +69,7 @@ void after_fork_child() {
   stats::fork_child();
   sites::fork_child();
   report::on_fork_child();
+  limit::fork_child();
 }
 
 void init_once() {

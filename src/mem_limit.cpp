@@ -1,6 +1,8 @@
 #include "mem_limit.hpp"
 
 #include <atomic>
+#include <cerrno>
+#include <pthread.h>
 
 #include "large_space.hpp"
 #include "platform.hpp"
@@ -32,16 +34,23 @@ cgroup::Location where_v2, where_v1;
 // it can be longer than a stack should hold; cut at this size, searched as
 // far as it goes.
 char scratch[64 << 10];
+// Held while the decay thread has mimalloc collect (tick), and across fork.
+pthread_mutex_t collect_mu = PTHREAD_MUTEX_INITIALIZER;
 
 // Another thread may have stored a time later than our `now`: that is 0 ago.
 std::uint64_t elapsed(std::uint64_t now, std::uint64_t then) { return now > then ? now - then : 0; }
 
+// Runs inside malloc (a large allocation) too: errno is the caller's, and a
+// failed read (no /proc in a chroot, EMFILE) still counts as a sample, so it
+// is not retried at every call.
 void sample() {
+  const int saved = errno;
+  sampled_ns.store(pal::now_ns(), std::memory_order_relaxed);
   const std::size_t rss = pal::rss_bytes();
+  errno = saved;
   if (rss == 0) return;  // unreadable: keep the old estimate
   const std::size_t mapped = large::space.mapped.load(std::memory_order_relaxed);
   other_bytes.store(static_cast<std::int64_t>(rss) - static_cast<std::int64_t>(mapped), std::memory_order_relaxed);
-  sampled_ns.store(pal::now_ns(), std::memory_order_relaxed);
 }
 
 std::int64_t resident() {
@@ -99,20 +108,33 @@ void tick() {
   if (resident() >= static_cast<std::int64_t>(l) && release_small_fn != nullptr &&
       elapsed(now, collected_ns.load(std::memory_order_relaxed)) >= kCollectEveryNs) {
     collected_ns.store(now, std::memory_order_relaxed);
+    // Under collect_mu: a fork must not land inside mimalloc's collect (a
+    // child could inherit its abandoned-segment reader count and spin on it
+    // forever); fork_prepare takes it first.
+    pthread_mutex_lock(&collect_mu);
     release_small_fn();
+    pthread_mutex_unlock(&collect_mu);
     sample();  // what that gave back
   }
 }
 
 void maybe_sample() {
   if (limit_bytes.load(std::memory_order_relaxed) == 0) return;
-  if (elapsed(pal::now_ns(), sampled_ns.load(std::memory_order_relaxed)) >= kSampleEveryNs) sample();
+  const std::uint64_t now = pal::now_ns();
+  std::uint64_t last = sampled_ns.load(std::memory_order_relaxed);
+  // One thread takes the sample; the others go on with the last one.
+  if (elapsed(now, last) >= kSampleEveryNs && sampled_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
+    sample();
 }
 
 std::size_t cache_room(std::size_t held) {
   const std::uint64_t l = limit_bytes.load(std::memory_order_relaxed);
   return l == 0 ? SIZE_MAX : room_for(l, resident(), held);
 }
+
+void fork_prepare() { pthread_mutex_lock(&collect_mu); }
+void fork_parent() { pthread_mutex_unlock(&collect_mu); }
+void fork_child() { pthread_mutex_init(&collect_mu, nullptr); }
 
 std::uint64_t current() { return limit_bytes.load(std::memory_order_relaxed); }
 cgroup::Source source() { return static_cast<cgroup::Source>(limit_source.load(std::memory_order_relaxed)); }

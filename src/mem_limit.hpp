@@ -45,6 +45,11 @@ void maybe_sample();
 std::size_t cache_room(std::size_t held);
 
 // The limit in effect (0: none) and where it came from, for the report.
+// fork: the child must not inherit a collect in progress (tick).
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
 std::uint64_t current();
 cgroup::Source source();
 

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
@@ -160,8 +161,15 @@ void write_stderr(const char* s, std::size_t n) {
 
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // Never blocks: O_NONBLOCK, and only a regular file is read (/proc and
+  // cgroup files are; a FIFO or a terminal under a test's fake root is not).
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
   std::size_t got = 0;
   while (got + 1 < cap) {
     ssize_t r = ::read(fd, buf + got, cap - 1 - got);
@@ -202,11 +210,12 @@ void thread_name_self(char* out) {
   errno = saved;
 }
 
-bool thread_gone(int pid, int tid) {
+ThreadState thread_state(int pid, int tid) {
   int saved = errno;
-  bool gone = ::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH;
+  ThreadState st = ThreadState::alive;
+  if (::syscall(SYS_tgkill, pid, tid, 0) != 0) st = errno == ESRCH ? ThreadState::gone : ThreadState::unknown;
   errno = saved;
-  return gone;
+  return st;
 }
 
 std::uint64_t now_ns() {

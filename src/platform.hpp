@@ -46,7 +46,8 @@ void* map_lazy(std::size_t len);
 
 // Unbuffered write to fd 2, looping over partial writes.
 void write_stderr(const char* s, std::size_t n);
-// Read a whole small file (e.g. under /proc) into buf; returns bytes read or
+// Read a whole small regular file (e.g. under /proc; never a FIFO or a
+// device, so it never blocks) into buf; returns bytes read or
 // -1. buf is NUL-terminated.
 long read_file(const char* path, char* buf, std::size_t cap);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
@@ -61,7 +62,11 @@ void thread_name_self(char* out);
 // 0 (nothing is sent). A tid the kernel has already handed to a new thread
 // of this process reads as not gone, so a caller only ever waits longer.
 // errno is left as it was.
-bool thread_gone(int pid, int tid);
+// Whether thread tid of process pid is gone (tgkill(pid, tid, 0)): gone on
+// ESRCH, alive when the signal could be sent, unknown when the call itself
+// is refused (a seccomp filter denying tgkill, say).
+enum class ThreadState { alive, gone, unknown };
+ThreadState thread_state(int pid, int tid);
 // CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
 std::uint64_t now_ns();
 

@@ -27,7 +27,7 @@ namespace {
 //   spare     slots ready for new threads
 //
 // A slot leaves `exiting` only once the kernel has released its thread
-// (pal::thread_gone), so no late write of that thread can land in a slot
+// (pal::thread_state; see gone()), so no late write of that thread can land in a slot
 // handed to another: the counters stay exact. A thread's start and exit do a
 // bounded amount of work here (no walk over the registry, no file read), and
 // the slots in use are bounded by the threads alive at once, those still
@@ -171,12 +171,28 @@ void keep_or_retire(Slot* s) {
 // there goes to the back (a thread that never finishes exiting, such as a
 // main thread that called pthread_exit, must not hold up the others). The
 // list keeps kExitingSlack entries unchecked.
+// Where the kernel will not answer (tgkill refused by a sandbox), a thread
+// that exited this long ago is taken as gone: the rule before tgkill, which
+// a thread still tearing itself down after 2 s could break (a write to a
+// reused slot: a count misattributed, never memory misused).
+constexpr std::uint64_t kAssumeGoneNs = 2'000'000'000;
+
+bool gone(const Slot* s) {
+  switch (pal::thread_state(g.pid, static_cast<int>(s->tid))) {
+    case pal::ThreadState::gone: return true;
+    case pal::ThreadState::alive: return false;
+    case pal::ThreadState::unknown: break;
+  }
+  const std::uint64_t now = pal::now_ns();
+  return now > s->exited_ns && now - s->exited_ns >= kAssumeGoneNs;
+}
+
 void settle_exiting() {
   if (nexiting <= kExitingSlack) return;
   static_assert(kExitingSlack >= kChecksPerStart, "each entry is checked at most once per start");
   for (unsigned i = 0; i < kChecksPerStart; ++i) {
     Slot* s = pop_exiting();
-    if (g.pid != 0 && pal::thread_gone(g.pid, static_cast<int>(s->tid))) keep_or_retire(s);
+    if (g.pid != 0 && gone(s)) keep_or_retire(s);
     else push_exiting(s);
   }
 }
@@ -216,6 +232,7 @@ void on_thread_exit(void* v) {
   pthread_mutex_lock(&mu);
   std::memcpy(s->name, name, sizeof name);
   s->alive = 0;
+  s->exited_ns = pal::now_ns();
   unlink_live(s);
   push_exiting(s);
   publish_rows();

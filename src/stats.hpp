@@ -35,6 +35,7 @@ struct alignas(64) Slot {
   // Registry fields, written under the registry lock.
   std::uint32_t tid;
   std::uint32_t alive;  // 1 until the thread's exit destructor ran
+  std::uint64_t exited_ns;  // when it ran (for the fallback when tgkill is refused)
   char name[16];
   Slot* next;
   Slot* prev;  // on the list of living threads only (unlinked in O(1) at exit)
