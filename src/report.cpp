@@ -358,17 +358,10 @@ bool has_pid_pattern(const char* pattern) {
   return false;
 }
 
-bool secure_process() { return g.secure; }
-
 int write_impl(const char* path, int format, const Context& ctx) {
   if (format == 0) format = format_from_config();
   if (format < kText || format > kBoth) {
     errno = EINVAL;
-    return -1;
-  }
-  if (!is_stderr(path) && secure_process()) {
-    // docs/security.md: a setuid/setgid process writes no file.
-    errno = EPERM;
     return -1;
   }
   const bool exit_buffer = ctx.at_exit;
@@ -404,7 +397,7 @@ int write_impl(const char* path, int format, const Context& ctx) {
         format_json(json, *d, ctx);
         len += json.size();
       }
-      rc = write_path(path, buf, len, false, pb);
+      rc = write_path(path, buf, len, g.secure, pb);
     }
   }
   if (api_buffer) api_fallback_busy.store(false, std::memory_order_release);

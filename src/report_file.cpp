@@ -154,32 +154,25 @@ bool create_new(PathBuf* pb, const char* body, std::size_t n) {
   return false;
 }
 
-// Something that exists and is not a plain regular file: a FIFO, a device,
-// or a symlink (follow = true) the checks allow. Opened without O_CREAT (a
-// dangling link is not replaced); O_NONBLOCK so a FIFO nobody reads fails
-// (ENXIO) instead of hanging the exit. A regular file reached through a
-// link is truncated and rewritten in place.
+// Something that exists and is neither a regular file nor a directory: a
+// FIFO, a device, a socket, reached directly or (follow = true) through a
+// symlink write_path allows. Opened without O_CREAT, so nothing is created
+// through a link; O_NONBLOCK so a FIFO nobody reads fails (ENXIO) instead of
+// hanging the exit. A regular file is never written in place: if one stands
+// there now, through a link it is refused, directly a new file replaces it.
 bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
   int fd = ::open(pb->target, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0) return false;
   struct stat st;
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || (follow && S_ISREG(st.st_mode))) {
     ::close(fd);
-    errno = EISDIR;
+    errno = EACCES;
     return false;
   }
   if (S_ISREG(st.st_mode)) {
-    if (!follow) {
-      // Replaced by a regular file since we looked: write a new one instead.
-      ::close(fd);
-      return create_new(pb, body, n);
-    }
-    if (::ftruncate(fd, 0) != 0) {
-      int e = errno;
-      ::close(fd);
-      errno = e;
-      return false;
-    }
+    // Replaced by a regular file since we looked: write a new one instead.
+    ::close(fd);
+    return create_new(pb, body, n);
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   bool ok;
@@ -193,14 +186,13 @@ bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
   return ok;
 }
 
-// The kernel's fs.protected_symlinks rule: in a sticky world-writable
-// directory, follow a link only if it is ours or the directory owner's.
-bool may_follow(const PathBuf* pb, const struct stat& link) {
-  struct stat d;
-  if (::stat(pb->dir, &d) != 0) return false;
-  bool shared = (d.st_mode & S_ISVTX) != 0 && (d.st_mode & S_IWOTH) != 0;
-  return !shared || link.st_uid == ::geteuid() || link.st_uid == d.st_uid;
-}
+// A symlink at the final name is followed only if it is ours or root's
+// (/dev/stderr is root's), in any directory: stricter than the kernel's
+// fs.protected_symlinks, which trusts any link outside sticky directories,
+// because a process of ours may run as root with a path pointing into
+// someone else's directory. Even then only to a FIFO, a device or a socket:
+// a regular file is never written through a link (write_through).
+bool may_follow(const struct stat& link) { return link.st_uid == ::geteuid() || link.st_uid == 0; }
 
 int failed(const char* target, const char* why, const char* body, std::size_t n) {
   int e = errno;
@@ -254,9 +246,9 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   }
   bool ok;
   if (S_ISLNK(lst.st_mode)) {
-    if (!may_follow(pb, lst)) {
+    if (!may_follow(lst)) {
       errno = EACCES;
-      return failed(pb->target, "a symlink of another user in a sticky world-writable directory", body, n);
+      return failed(pb->target, "a symlink of another user: not followed", body, n);
     }
     ok = write_through(pb, body, n, true);
   } else if (S_ISREG(lst.st_mode)) {

@@ -3,10 +3,11 @@
 // - a new file is written under an unpredictable temporary name in the same
 //   directory, created O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC with mode 0600,
 //   checked with fstat, then renamed over the final name;
-// - a symlink at the final name is followed only where the kernel's
-//   fs.protected_symlinks would follow it (not in a sticky world-writable
-//   directory unless the link belongs to us or to the directory's owner),
-//   and a dangling one is never replaced;
+// - a symlink at the final name is followed only if it is ours or root's
+//   (stricter than the kernel's fs.protected_symlinks), and only to a FIFO,
+//   a device or a socket; a link to a regular file, a dangling link or
+//   another user's link is refused (a warning, the report on stderr) and
+//   left alone: nothing is ever created or truncated through a link;
 // - something that is not a regular file (a FIFO, /dev/null, a terminal) is
 //   opened without O_CREAT and written to; a FIFO nobody reads fails rather
 //   than hangs;

@@ -103,6 +103,43 @@ def case_sticky_symlink(a, tmp):
     check(r is not None and r.get("schema") == "lowtide-report", "our own link is followed")
 
 
+def case_link_rules(a, tmp):
+    """Outside sticky directories too: another user's symlink is not
+    followed (the target, here a FIFO, receives nothing), and even our own
+    link to a regular file is not written through (the file keeps its
+    bytes, the link stays); both times the report goes to stderr."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to make a symlink owned by another user")
+        sys.exit(77)
+    plain = os.path.join(tmp, "plain")  # 0755, not sticky
+    os.mkdir(plain)
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    theirs = os.path.join(plain, "theirs.json")
+    os.symlink(fifo, theirs)
+    os.lchown(theirs, 65534, 65534)
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=theirs)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    try:
+        got = os.read(reader, 1 << 20)
+    except BlockingIOError:
+        got = b""
+    os.close(reader)
+    check(rc == 0 and got == b"", f"another user's link outside a sticky directory: {len(got)} bytes through it")
+    check("symlink of another user" in err and '"schema": "lowtide-report"' in err, "warned, report on stderr")
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    ours = os.path.join(plain, "ours.json")
+    os.symlink(victim, ours)
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=ours)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and read(victim) == b"precious\n", f"our link to a regular file not written through: {read(victim)[:60]!r}")
+    check(os.path.islink(ours) and os.readlink(ours) == victim, "the link is left as it was")
+    check('"schema": "lowtide-report"' in err, "the report went to stderr")
+
+
 def case_dangling_link(a, tmp):
     """A symlink whose target does not exist (such as /dev/stderr with fd 2
     closed, which points to /proc/self/fd/2) is never replaced by a file."""
@@ -202,6 +239,7 @@ def main():
         "predictable_tmp": case_predictable_tmp,
         "sticky_symlink": case_sticky_symlink,
         "dangling_link": case_dangling_link,
+        "link_rules": case_link_rules,
         "closed_stderr": lambda a, t: case_closed_stderr(a, t, "closed-stderr"),
         "readonly_stderr": lambda a, t: case_closed_stderr(a, t, "readonly-stderr"),
         "json_bytes": case_json_bytes,
