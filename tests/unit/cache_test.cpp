@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "arena.hpp"
+#include "test_arena.hpp"
 #include "large_cache.hpp"
 
 using lowtide::Arena;
@@ -32,13 +33,6 @@ void fake_decommit(void* p, std::size_t len) {
 void fake_returned(std::size_t bytes) { returned += bytes; }
 
 constexpr Deps kFakeDeps{&fake_clock, &fake_decommit, &fake_returned};
-
-Arena& test_arena() {
-  static Arena a;  // one 64 MiB reservation for every case
-  static bool ok = a.init(std::size_t{64} << 20, std::size_t{64} << 20);
-  REQUIRE(ok);
-  return a;
-}
 
 // A fresh cache over the test arena, the fakes reset; at the end of the case
 // everything must be back in the arena, as one free extent, consistent.

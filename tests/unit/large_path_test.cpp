@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "arena.hpp"
+#include "test_arena.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
 #include "platform.hpp"
@@ -52,13 +53,6 @@ constexpr pal::PageOps kFakeOps{&fake_commit, &pal::decommit, &fake_move, &pal::
 std::uint64_t fake_now = 0;
 std::uint64_t fake_clock() { return fake_now; }
 constexpr lowtide::cache::Deps kCacheDeps{&fake_clock, &pal::decommit, &lowtide::cache::account_returned};
-
-Arena& test_arena() {
-  static Arena a;
-  static bool ok = a.init(std::size_t{64} << 20, std::size_t{64} << 20);
-  REQUIRE(ok);
-  return a;
-}
 
 // A large path over the test arena with its own cache (cap 0 unless asked):
 // at the end of each case the arena must be whole and consistent again, and
