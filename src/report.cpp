@@ -139,6 +139,29 @@ void gather(Data* d, Scratch& scratch, const Context& ctx) {
 double dbl(std::uint64_t v) { return static_cast<double>(v); }
 double dbl(std::int64_t v) { return static_cast<double>(v); }
 
+// The "-- totals --" section from lowtide_stats.def: a row of calls under
+// the totals_calls labels, then a row per path under the totals_small
+// labels (kTableOk checks that both paths have the same ones) and "live".
+void text_totals(Out& o, const std::uint64_t* c) {
+  o.put("{:<12}", "calls");
+  stats::each_in(stats::Object::totals_calls, [&](const stats::Field& f, unsigned) { o.put("{:>14}", f.label); });
+  o.put("\n{:<12}", "");
+  stats::each_in(stats::Object::totals_calls, [&](const stats::Field& f, unsigned) { o.put("{:>14}", c[f.counter]); });
+  o.put("\n{:<12}", "path");
+  stats::each_in(stats::Object::totals_small, [&](const stats::Field& f, unsigned) { o.put("{:>14}", f.label); });
+  o.put("{:>14}\n", "live");
+  auto path = [&](const char* name, stats::Object obj, stats::Counter out, stats::Counter freed) {
+    o.put("{:<12}", name);
+    stats::each_in(obj, [&](const stats::Field& f, unsigned) {
+      if (f.unit == stats::Unit::bytes) o.put("{:>14}", Human(dbl(c[f.counter])));
+      else o.put("{:>14}", c[f.counter]);
+    });
+    o.put("{:>14}\n", Human(dbl(live(c, out, freed))));
+  };
+  path("small", stats::Object::totals_small, stats::small_out, stats::small_freed);
+  path("large", stats::Object::totals_large, stats::large_out, stats::large_freed);
+}
+
 void text_header(Out& o, const Data& d) {
   const std::uint64_t* c = d.snap.total.c;
   char cut[32];
@@ -161,34 +184,18 @@ void text_header(Out& o, const Data& d) {
     o.put("{:<28}{:>12}\n", "memory limit", "none");
 
   o.put("\n-- totals --\n");
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "calls", "malloc", "calloc", "realloc", "aligned", "free");
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "", c[stats::malloc_calls], c[stats::calloc_calls],
-        c[stats::realloc_calls], c[stats::aligned_calls], c[stats::free_calls]);
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "path", "requested", "handed out", "freed", "live");
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "small", Human(dbl(c[stats::small_requested])),
-        Human(dbl(c[stats::small_out])), Human(dbl(c[stats::small_freed])),
-        Human(dbl(live(c, stats::small_out, stats::small_freed))));
-  o.put("{:<12}{:>14}{:>14}{:>14}{:>14}\n", "large", Human(dbl(c[stats::large_requested])),
-        Human(dbl(c[stats::large_out])), Human(dbl(c[stats::large_freed])),
-        Human(dbl(live(c, stats::large_out, stats::large_freed))));
+  text_totals(o, c);
 }
 
+// The "-- large path --" section: the `large` object's labelled rows of
+// lowtide_stats.def, in its order.
 void text_large(Out& o, const Data& d) {
-  const std::uint64_t* c = d.snap.total.c;
   o.put("\n-- large path --\n");
-  o.put("{:<34}{:>12}\n", "blocks allocated", c[stats::large_maps]);
-  o.put("{:<34}{:>12}\n", "blocks released", c[stats::large_unmaps]);
-  o.put("{:<34}{:>12}\n", "resized in place", c[stats::large_in_place]);
-  o.put("{:<34}{:>12}   ({} moved without copying)\n", "moved by mremap", c[stats::large_remaps],
-        Human(dbl(c[stats::large_remap_bytes])));
-  o.put("{:<34}{:>12}   ({} copied)\n", "moved by copying", c[stats::large_copies], Human(dbl(c[stats::large_copy_bytes])));
-  o.put("{:<34}{:>12}\n", "realloc small -> large", c[stats::cross_up]);
-  o.put("{:<34}{:>12}\n", "realloc large -> small", c[stats::cross_down]);
-  o.put("{:<34}{:>12}\n", "served by mimalloc (range full)", c[stats::large_fallback]);
-  o.put("{:<34}{:>12}\n", "frees kept in the reuse cache", c[stats::large_cached_frees]);
-  o.put("{:<34}{:>12}\n", "allocations served from it", c[stats::large_reused]);
-  o.put("{:<34}{:>12}\n", "held in it now", Human(dbl(d.fields[stats::field_index("large_cached_bytes")])));
-  o.put("{:<34}{:>12}\n", "peak live (process)", Human(dbl(d.snap.large_peak)));
+  stats::each_in(stats::Object::large, [&](const stats::Field& f, unsigned i) {
+    if (f.label[0] == '\0') return;
+    if (f.unit == stats::Unit::bytes) o.put("{:<34}{:>12}\n", f.label, Human(dbl(d.fields[i])));
+    else o.put("{:<34}{:>12}\n", f.label, d.fields[i]);
+  });
 }
 
 void row_name(Out& o, const ThreadRow& r, bool json) {

@@ -15,31 +15,39 @@
 namespace lowtide::stats {
 
 enum class Kind : unsigned char { counter, gauge };
+enum class Unit : unsigned char { count, bytes };
 // The JSON report object that shows a field (lowtide_stats.def, `object`).
 enum class Object : unsigned char { none, totals_calls, totals_small, totals_large, large };
 
 struct Field {
   const char* name;
   Kind kind;
+  Unit unit;
   Object object;
   const char* key;     // its JSON key in `object`
   unsigned pos;        // its place there
+  const char* label;   // its name in the text report ("" = none)
   unsigned counter;    // its Counter; kCounters for a gauge
   std::size_t offset;  // in struct lowtide_stats
 };
 
 #define LT_KIND_COUNTER Kind::counter
 #define LT_KIND_GAUGE Kind::gauge
+#define LT_UNIT_COUNT Unit::count
+#define LT_UNIT_BYTES Unit::bytes
 #define LT_INDEX_COUNTER(name) Counter::name
 #define LT_INDEX_GAUGE(name) kCounters
 inline constexpr Field kFields[] = {
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) \
-  {#name, LT_KIND_##kind, Object::object, key, pos, LT_INDEX_##kind(name), offsetof(::lowtide_stats, name)},
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, label, meaning) \
+  {#name, LT_KIND_##kind, LT_UNIT_##unit, Object::object, key, pos, label, LT_INDEX_##kind(name), \
+   offsetof(::lowtide_stats, name)},
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT
 };
 #undef LT_KIND_COUNTER
 #undef LT_KIND_GAUGE
+#undef LT_UNIT_COUNT
+#undef LT_UNIT_BYTES
 #undef LT_INDEX_COUNTER
 #undef LT_INDEX_GAUGE
 inline constexpr unsigned kFieldCount = sizeof kFields / sizeof kFields[0];
@@ -79,6 +87,27 @@ inline constexpr bool kTableOk = [] {
   return next_counter == kCounters;
 }();
 static_assert(kTableOk, "include/lowtide/lowtide_stats.def: see the invariants above kTableOk");
+
+// The text report's totals section prints the small and the large path under
+// one heading row: both objects need the same labels, in the same order, and
+// every totals column a label.
+inline constexpr bool kLabelsOk = [] {
+  std::string_view small[kFieldCount], large[kFieldCount];
+  unsigned ns = 0, nl = 0;
+  for (unsigned i : kJsonOrder) {
+    const Field& f = kFields[i];
+    bool totals = f.object == Object::totals_calls || f.object == Object::totals_small ||
+                  f.object == Object::totals_large;
+    if (totals && f.label[0] == '\0') return false;
+    if (f.object == Object::totals_small) small[ns++] = f.label;
+    if (f.object == Object::totals_large) large[nl++] = f.label;
+  }
+  if (ns != nl) return false;
+  for (unsigned i = 0; i < ns; ++i)
+    if (small[i] != large[i]) return false;
+  return true;
+}();
+static_assert(kLabelsOk, "include/lowtide/lowtide_stats.def: totals_small and totals_large need the same labels");
 static_assert(sizeof(::lowtide_stats) == sizeof(std::size_t) + kFieldCount * sizeof(std::uint64_t));
 
 // The index of the field called `name` (at compile time: a wrong name does

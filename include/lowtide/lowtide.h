@@ -22,7 +22,7 @@ const char* lowtide_version(void);
  * counts of "out"/"freed" are usable sizes. */
 struct lowtide_stats {
   size_t size;
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) uint64_t name;
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, label, meaning) uint64_t name;
 #include "lowtide_stats.def"
 #undef LOWTIDE_STAT
 };

@@ -33,6 +33,40 @@ def load(path):
 
 
 CALLS = ["malloc", "calloc", "realloc", "aligned", "free"]
+
+DEF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "lowtide", "lowtide_stats.def")
+
+
+def stats_table():
+    """The rows of include/lowtide/lowtide_stats.def, as dicts, in file order:
+    the text report's labels and units come from there."""
+    rows = []
+    pat = re.compile(r'LOWTIDE_STAT\((\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*"([^"]*)",\s*(\d+),\s*"([^"]*)",\s*"(.*)"\)\s*$')
+    with open(DEF) as f:
+        for line in f:
+            if line.startswith("LOWTIDE_STAT("):
+                m = pat.match(line)
+                check(m is not None, f"lowtide_stats.def row {line!r}")
+                name, kind, unit, obj, key, pos, label, meaning = m.groups()
+                rows.append(dict(name=name, kind=kind, unit=unit, object=obj, key=key, pos=int(pos), label=label))
+    check(len(rows) > 20, f"{len(rows)} rows in lowtide_stats.def")
+    return rows
+
+
+def in_object(rows, obj):
+    return sorted((r for r in rows if r["object"] == obj), key=lambda r: r["pos"])
+
+
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def bytes_close(text, value):
+    """Whether the report's human size `text` ("36.9 MiB", "0 B") shows
+    `value` bytes: rounded to one decimal of its unit."""
+    m = re.fullmatch(r"(\d+(?:\.\d)?) (B|KiB|MiB|GiB|TiB)", text)
+    if m is None:
+        return False
+    return abs(float(m.group(1)) * UNITS[m.group(2)] - value) <= 0.05 * UNITS[m.group(2)] + 0.5
 PATH_KEYS = ["requested", "out", "freed", "live"]
 LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes", "returned_bytes",
               "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live"]
@@ -448,14 +482,25 @@ def parse_text(text):
     limit = [ln for ln in lines if ln.startswith("memory limit ")]
     check(len(limit) == 1 and re.fullmatch(r"memory limit\s+(none|\S+ \S+\s+\((env|cgroup_v2|cgroup_v1)\))",
                                            limit[0]) is not None, f"the memory limit row {limit}")
+    rows = stats_table()
     i = lines.index("-- totals --")
-    check(lines[i + 1].split() == ["calls"] + CALLS, f"calls header {lines[i + 1]!r}")
-    v["calls"] = dict(zip(CALLS, map(int, lines[i + 2].split())))
-    for ln in lines:
-        m = re.fullmatch(r"(blocks allocated|blocks released|resized in place|moved by mremap|moved by copying"
-                         r"|realloc small -> large|realloc large -> small)\s+(\d+)(\s+\(.*\))?", ln)
-        if m:
-            v[m.group(1)] = int(m.group(2))
+    calls = in_object(rows, "totals_calls")
+    check(lines[i + 1].split() == ["calls"] + [r["label"] for r in calls], f"calls header {lines[i + 1]!r}")
+    v["calls"] = dict(zip([r["key"] for r in calls], map(int, lines[i + 2].split())))
+    heads = [r["label"] for r in in_object(rows, "totals_small")] + ["live"]
+    check(re.split(r"\s{2,}", lines[i + 3].strip()) == ["path"] + heads, f"path header {lines[i + 3]!r}")
+    # The large-path section: one row per labelled field of the `large`
+    # object, in its order; "large" maps JSON keys to the text's values.
+    a = lines.index(SECTIONS[2]) + 1
+    v["large"] = {}
+    for r in (r for r in in_object(rows, "large") if r["label"]):
+        m = re.fullmatch(re.escape(r["label"]) + r"\s+(\d+|\d+(?:\.\d)? [KMGT]?i?B)", lines[a])
+        check(m is not None, f"large-path row for {r['name']} ({r['label']!r}): {lines[a]!r}")
+        v["large"][r["key"]] = (r["unit"], m.group(1))
+        if r["unit"] == "COUNT":
+            v[r["label"]] = int(m.group(1))
+        a += 1
+    check(lines[a] == "", f"nothing after the large path's labelled rows: {lines[a]!r}")
     t = lines.index(SECTIONS[3])
     h = lines.index(SECTIONS[4])
     v["thread_rows"] = h - t - 3  # header line, rows, blank line
@@ -488,10 +533,14 @@ def case_python_both(a, tmp):
     v = parse_text(text)
     check(v["pid"] == r["pid"], "same pid")
     check(v["calls"] == r["totals"]["calls"], f"calls: text {v['calls']} == json {r['totals']['calls']}")
-    for label, key in [("blocks allocated", "maps"), ("blocks released", "unmaps"), ("resized in place", "in_place"),
-                       ("moved by mremap", "remaps"), ("moved by copying", "copies"),
-                       ("realloc small -> large", "cross_up"), ("realloc large -> small", "cross_down")]:
-        check(v.get(label) == r["large"][key], f"{label}: text {v.get(label)} == json {r['large'][key]}")
+    check(set(v["large"]) == {k for k in r["large"] if any(x["key"] == k and x["label"]
+                                                           for x in in_object(stats_table(), "large"))},
+          "a text row for every labelled key of the JSON large object")
+    for key, (unit, text_value) in v["large"].items():
+        if unit == "COUNT":
+            check(int(text_value) == r["large"][key], f"large.{key}: text {text_value} == json {r['large'][key]}")
+        else:
+            check(bytes_close(text_value, r["large"][key]), f"large.{key}: text {text_value} shows json {r['large'][key]}")
     check(v["thread_rows"] == len(r["threads"]), f"thread rows: text {v['thread_rows']} json {len(r['threads'])}")
     check(v["hist_rows"] == len(r["histogram"]), "histogram rows")
     n = did["large_buffers"]
