@@ -26,6 +26,55 @@ void ReuseCache::recompute_oldest() {  // under mu_
   for (int i = 0; i < count_; ++i) o = entries_[i].freed_ns < o ? entries_[i].freed_ns : o;
   oldest_ns_.store(o, std::memory_order_relaxed);
   held_view_.store(bytes_held_, std::memory_order_relaxed);
+  if (bytes_held_ > peak_view_.load(std::memory_order_relaxed)) peak_view_.store(bytes_held_, std::memory_order_relaxed);
+}
+
+void ReuseCache::account_time(std::uint64_t now) {  // under mu_
+  const std::uint64_t then = changed_ns_.load(std::memory_order_relaxed);
+  if (now > then) {
+    const double add = static_cast<double>(bytes_held_) * static_cast<double>(now - then);
+    byte_ns_.store(byte_ns_.load(std::memory_order_relaxed) + add, std::memory_order_relaxed);
+    changed_ns_.store(now, std::memory_order_relaxed);
+  }
+}
+
+// Lock-free, for the report (which may run in a signal handler): the three
+// views may be a change apart, a few milliseconds of one level at most.
+std::uint64_t ReuseCache::byte_seconds(std::uint64_t now) const {
+  double v = byte_ns_.load(std::memory_order_relaxed);
+  const std::uint64_t then = changed_ns_.load(std::memory_order_relaxed);
+  if (now > then) v += static_cast<double>(cached_bytes()) * static_cast<double>(now - then);
+  return static_cast<std::uint64_t>(v / 1e9);
+}
+
+// A block was reused `age` after it was freed (a take, or a miss a block
+// given back early would have served): the oldest such age of this decay
+// period, the period before kept too, so keep_age never forgets a reuse
+// before a full period has passed. Under mu_.
+void ReuseCache::note_reuse(std::uint64_t now, std::uint64_t age) {
+  if (age_ns(now, reuse_since_ns_.load(std::memory_order_relaxed)) >= decay_ns_) {
+    reuse_age_before_.store(reuse_age_now_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    reuse_age_now_.store(0, std::memory_order_relaxed);
+    reuse_since_ns_.store(now, std::memory_order_relaxed);
+  }
+  if (age > reuse_age_now_.load(std::memory_order_relaxed)) reuse_age_now_.store(age, std::memory_order_relaxed);
+}
+
+std::uint64_t ReuseCache::keep_age(std::uint64_t now) const {
+  std::uint64_t most = decay_ns_;
+  if (age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_) most = decay_ns_ * kBusyAgeFactor;
+  if (min_age_ns_ >= decay_ns_) return most;  // not adapted (configure)
+  // Reuses older than two periods are forgotten (note_reuse rotates the
+  // buckets only when it records one).
+  const std::uint64_t since = age_ns(now, reuse_since_ns_.load(std::memory_order_relaxed));
+  std::uint64_t seen = 0;
+  if (since < 2 * decay_ns_) seen = reuse_age_now_.load(std::memory_order_relaxed);
+  if (since < decay_ns_) {
+    std::uint64_t before = reuse_age_before_.load(std::memory_order_relaxed);
+    seen = before > seen ? before : seen;
+  }
+  std::uint64_t keep = seen <= most / 2 ? reuse_keep(seen) : most;
+  return keep < min_age_ns_ ? min_age_ns_ : keep;
 }
 
 void ReuseCache::remove_at(int i) {  // under mu_
@@ -35,15 +84,15 @@ void ReuseCache::remove_at(int i) {  // under mu_
 
 // Give extents back to the OS: outside the lock, since dropping many pages
 // takes a while.
-std::size_t ReuseCache::give_back(const Entry* out, int n) {
+std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
   std::size_t total = 0;
   for (int i = 0; i < n; ++i) {
     const Extent e{out[i].start, out[i].n};
     deps_.decommit(e.base(arena_), e.bytes());
     arena_.release(e.start, e.n);
     total += e.bytes();
+    if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
-  if (total != 0 && deps_.returned != nullptr) deps_.returned(total);
   return total;
 }
 
@@ -74,12 +123,13 @@ int ReuseCache::oldest() const {  // under mu_, count_ > 0
 // Take at least `bytes` out of the cache into out[], oldest first; of the
 // last entry touched only the granules needed (its front), since joined
 // entries can be large. Returns how many entries out[] got. Under mu_.
-int ReuseCache::trim_oldest(std::size_t bytes, Entry* out) {
+int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why) {
   int n = 0;
   while (bytes != 0 && count_ > 0) {
     int o = oldest();
     Entry& e = entries_[o];
     std::size_t len = Extent::bytes_of(e.n);
+    why_out[n] = why;
     if (len <= bytes) {
       out[n++] = e;
       bytes -= len;
@@ -127,23 +177,29 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
   const std::size_t len = Extent::bytes_of(n);
   if (len > allowed(cached_bytes() + len) || refusing_.load(std::memory_order_relaxed)) return false;
   Entry evicted[kSlots + 1];
+  Reason why[kSlots + 1];
   int nev = 0;
   std::uint64_t now = deps_.now_ns();
   lock();
+  account_time(now);
   join_neighbours(&start, &n);
   // Make room: a slot, then bytes, oldest first (possibly the front of the
   // block just joined, if it alone is past the cap).
   if (count_ == kSlots) {
     int o = oldest();
+    why[nev] = Reason::room;
     evicted[nev++] = entries_[o];
     remove_at(o);
   }
+  const bool was_empty = bytes_held_ == 0;
   entries_[count_++] = Entry{start, n, now};
   bytes_held_ += Extent::bytes_of(n);
-  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most) nev += trim_oldest(bytes_held_ - most, evicted + nev);
+  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
+    nev += trim_oldest(bytes_held_ - most, evicted + nev, why + nev, most < cap_ ? Reason::limit : Reason::room);
   recompute_oldest();
   unlock();
-  give_back(evicted, nev);
+  give_back(evicted, why, nev);
+  if (was_empty && deps_.kept != nullptr) deps_.kept();
   return true;
 }
 
@@ -170,7 +226,10 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
   int best = best_fit(need, align_g, skew_g);
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
-    last_take_ns_.store(deps_.now_ns(), std::memory_order_relaxed);
+    const std::uint64_t now = deps_.now_ns();
+    last_take_ns_.store(now, std::memory_order_relaxed);
+    account_time(now);
+    note_reuse(now, age_ns(now, entries_[best].freed_ns));
     std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
     *got = want < entries_[best].n ? want : entries_[best].n;
     s = cut(best, want);
@@ -186,8 +245,11 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
   for (int i = 0; i < count_; ++i) {
     if (entries_[i].start == at) {
       if (entries_[i].n >= n) {
+        const std::uint64_t now = deps_.now_ns();
+        account_time(now);
+        note_reuse(now, age_ns(now, entries_[i].freed_ns));
         cut(i, n);
-        last_take_ns_.store(deps_.now_ns(), std::memory_order_relaxed);
+        last_take_ns_.store(now, std::memory_order_relaxed);
         ok = true;
       }
       break;
@@ -201,14 +263,28 @@ std::size_t ReuseCache::purge(bool all) {
   const std::size_t held = cached_bytes();
   if (held == 0) return 0;
   std::uint64_t now = deps_.now_ns();
-  std::uint64_t max_age = decay_ns_;
-  if (age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_) max_age = decay_ns_ * kBusyAgeFactor;
+  const std::uint64_t max_age = keep_age(now);
   if (!all && age_ns(now, oldest_ns_.load(std::memory_order_relaxed)) < max_age && held <= allowed(held)) return 0;
+  // Past the decay period an entry goes back for decay; younger, because the
+  // process has not been reusing blocks that old (demand): remembered as a
+  // ghost, so a miss it would have served teaches keep_age.
+  const std::uint64_t decay = age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_
+                                  ? decay_ns_ * kBusyAgeFactor
+                                  : decay_ns_;
   Entry out[kSlots];
+  Reason why[kSlots];
   int n = 0;
   lock();
+  account_time(now);
   for (int i = 0; i < count_;) {
-    if (all || age_ns(now, entries_[i].freed_ns) >= max_age) {
+    const std::uint64_t age = age_ns(now, entries_[i].freed_ns);
+    if (all || age >= max_age) {
+      why[n] = all || age >= decay ? Reason::decay : Reason::demand;
+      if (!all && why[n] == Reason::demand) {
+        ghosts_[next_ghost_] = Ghost{Extent::bytes_of(entries_[i].n), entries_[i].freed_ns};
+        next_ghost_ = (next_ghost_ + 1) % kGhosts;
+        have_ghosts_.store(true, std::memory_order_relaxed);
+      }
       out[n++] = entries_[i];
       remove_at(i);
     } else {
@@ -218,19 +294,46 @@ std::size_t ReuseCache::purge(bool all) {
   // The process grew towards its memory limit: what is left, oldest first,
   // down to what the limit leaves room for. (At most kSlots entries in all:
   // trim_oldest takes only entries still cached.)
-  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most) n += trim_oldest(bytes_held_ - most, out + n);
+  if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
+    n += trim_oldest(bytes_held_ - most, out + n, why + n, most < cap_ ? Reason::limit : Reason::room);
   recompute_oldest();
   unlock();
-  return give_back(out, n);
+  return give_back(out, why, n);
 }
 
 void ReuseCache::evict_for(std::size_t want) {
+  // A miss that a block given back early would have served: a reuse at the
+  // age that block would have now (the ghost is used up).
+  if (have_ghosts_.load(std::memory_order_relaxed)) {
+    const std::uint64_t now = deps_.now_ns();
+    lock();
+    int hit = -1;
+    for (int i = 0; i < kGhosts; ++i) {
+      const Ghost& gh = ghosts_[i];
+      if (gh.bytes == 0) continue;
+      if (age_ns(now, gh.freed_ns) >= decay_ns_) {
+        ghosts_[i] = Ghost{};  // too old to have been kept anyway
+        continue;
+      }
+      if (gh.bytes >= want && (hit < 0 || gh.bytes < ghosts_[hit].bytes)) hit = i;
+    }
+    if (hit >= 0) {
+      note_reuse(now, age_ns(now, ghosts_[hit].freed_ns));
+      ghosts_[hit] = Ghost{};
+    }
+    bool any = false;
+    for (const Ghost& gh : ghosts_) any = any || gh.bytes != 0;
+    have_ghosts_.store(any, std::memory_order_relaxed);
+    unlock();
+  }
   if (cached_bytes() + want <= kMissSlack) return;
   Entry out[kSlots];
+  Reason why[kSlots];
   lock();
-  int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out) : 0;
+  account_time(deps_.now_ns());
+  int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out, why, Reason::room) : 0;
   unlock();
-  give_back(out, n);
+  give_back(out, why, n);
 }
 
 int ReuseCache::entries() const {
@@ -270,9 +373,24 @@ const char* ReuseCache::check() {
 
 namespace {
 
-void returned_to_os(std::size_t bytes) { account_returned(bytes); }
+void returned_to_os(std::size_t bytes, Reason why) { account_returned(bytes, why); }
 
-constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os, &limit::cache_room};
+// 1 while the decay thread sleeps on an empty cache (futex word): the put
+// that makes the cache non-empty wakes it, so the minimum age is kept from
+// the first block on, and an idle process has no timer ticking fast.
+// The fences pair the put's store of the cache's size with the thread's
+// store of this word (each then reads the other's): one of them sees the
+// other, so the thread never sleeps through a put.
+std::atomic<std::uint32_t> decay_sleeping{0};
+static_assert(sizeof decay_sleeping == sizeof(std::uint32_t) && std::atomic<std::uint32_t>::is_always_lock_free);
+const std::uint32_t* sleeping_word() { return reinterpret_cast<const std::uint32_t*>(&decay_sleeping); }
+void wake_decay() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (decay_sleeping.load(std::memory_order_relaxed) != 0 && decay_sleeping.exchange(0) != 0)
+    pal::futex_wake(sleeping_word());
+}
+
+constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os, &limit::cache_room, &wake_decay};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};
@@ -284,14 +402,25 @@ std::atomic<bool> thread_started{false};
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
+  constexpr std::uint64_t kSecond = 1'000'000'000;
   for (;;) {
-    // A quarter of the decay period, at least 1 ms; at most 1 s, so the
-    // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
-    // pace under a long LOWTIDE_DECAY_MS.
-    std::uint64_t period = production_cache.decay_ns() / 4;
-    period = period < 1'000'000 ? 1'000'000 : period > 1'000'000'000 ? 1'000'000'000 : period;
-    timespec ts{static_cast<time_t>(period / 1'000'000'000u), static_cast<long>(period % 1'000'000'000u)};
-    nanosleep(&ts, nullptr);
+    if (production_cache.cached_bytes() != 0) {
+      // Half the minimum age, at least 1 ms, at most 1 s: a block past its
+      // keep age goes back within half that age again (with the default
+      // 50 ms, a burst of frees nobody reuses is gone ~75 ms later).
+      std::uint64_t period = production_cache.min_age_ns() / 2;
+      period = period < 1'000'000 ? 1'000'000 : period > kSecond ? kSecond : period;
+      timespec ts{static_cast<time_t>(period / kSecond), static_cast<long>(period % kSecond)};
+      nanosleep(&ts, nullptr);
+    } else {
+      // Nothing cached: sleep until a put wakes us, or a second, so the
+      // memory limit's RSS sample and cgroup re-read (limit::tick) keep
+      // their pace.
+      decay_sleeping.store(1);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (production_cache.cached_bytes() == 0) pal::futex_wait(sleeping_word(), 1, kSecond);
+      decay_sleeping.store(0);
+    }
     limit::tick();  // the RSS sample purge's limit check reads
     if (production_cache.cached_bytes() != 0) production_cache.purge(false);
   }
@@ -364,13 +493,21 @@ void start_thread() {
 
 }  // namespace
 
-void account_returned(std::size_t bytes) {
+void account_returned(std::size_t bytes, Reason why) {
   large::space.mapped.fetch_sub(bytes, std::memory_order_relaxed);
-  stats::add(stats::slot(), stats::large_returned_bytes, bytes);
+  stats::Slot* st = stats::slot();
+  stats::add(st, stats::large_returned_bytes, bytes);
+  switch (why) {
+    case Reason::decay: stats::add(st, stats::large_released_decay, bytes); break;
+    case Reason::demand: stats::add(st, stats::large_released_demand, bytes); break;
+    case Reason::limit: stats::add(st, stats::large_released_limit, bytes); break;
+    case Reason::room: stats::add(st, stats::large_released_room, bytes); break;
+  }
 }
 
 void init() {
-  production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u);
+  production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u,
+                             g.config.get(Opt::decay_min_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
 }
 
@@ -383,6 +520,8 @@ bool take_at(std::uint32_t at, std::uint32_t n) { return production_cache.take_a
 std::size_t purge(bool all) { return production_cache.purge(all); }
 void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
 std::size_t cached_bytes() { return production_cache.cached_bytes(); }
+std::size_t cached_peak() { return production_cache.peak_bytes(); }
+std::uint64_t cached_byte_seconds() { return production_cache.byte_seconds(pal::now_ns()); }
 
 void note_large_allocation() {
   // Outside every lock: keeps the memory limit's RSS estimate fresh when the

@@ -1,7 +1,9 @@
 // Policy for reusing freed large blocks: a bounded set of committed extents
 // kept after free so that a loop that frees and reallocates large buffers
 // does not pay a page fault per 4 KiB again, returned to the OS when the
-// byte cap is reached or when they have not been reused for the decay period.
+// byte cap is reached or when they are older than the process has shown it
+// reuses blocks (between the minimum age and the decay period: see
+// ReuseCache::keep_age).
 //
 // ReuseCache is the policy alone, over an arena, a clock and page operations
 // it is given (tests/unit/cache_test.cpp drives one with a fake clock). The
@@ -28,16 +30,27 @@ inline std::uint64_t age_ns(std::uint64_t now, std::uint64_t then) { return now 
 
 // What a cache needs from outside: the time, and how to drop the pages of
 // an extent it gives back (before it returns the extent to its arena).
+// Why the cache gave bytes back (the report's released_* counters).
+enum class Reason : unsigned char {
+  decay,   // not reused for the decay period (LOWTIDE_DECAY_MS)
+  demand,  // older than the process has been reusing blocks (keep_age)
+  limit,   // the memory limit left no room (Deps::room)
+  room,    // the cache was full (cap or slots), or a miss needed the room
+};
+
 struct Deps {
   std::uint64_t (*now_ns)();
   void (*decommit)(void* p, std::size_t len);
-  // Told of every byte given back to the OS (accounting); may be null.
-  void (*returned)(std::size_t bytes);
+  // Told of every byte given back to the OS, and why (accounting); may be null.
+  void (*returned)(std::size_t bytes, Reason why);
   // How many bytes the cache may hold now, given it holds `held` (the
   // memory limit: src/mem_limit.hpp); may be null (only the cap bounds it).
   // Called without the lock on put's and purge's quick checks, then again
   // under it; must not lock or allocate.
   std::size_t (*room)(std::size_t held) = nullptr;
+  // Told when put keeps a block in an empty cache, outside the lock (the
+  // decay thread sleeps while nothing is cached); may be null.
+  void (*kept)() = nullptr;
 };
 
 class ReuseCache {
@@ -53,18 +66,41 @@ class ReuseCache {
   // the same job) finds them still there, and what nobody takes still goes
   // back within a few periods.
   static constexpr std::uint64_t kBusyAgeFactor = 4;
+  // An entry is kept 3/2 of the oldest age at which the process has recently
+  // reused a block (keep_age): a block reused at 100 ms keeps its peers
+  // 150 ms, so the reuse the process shows goes on being served, with a
+  // margin small enough that a batch consumed over 100 ms and then freed for
+  // good is given back 150 ms later, not a decay period later.
+  static constexpr std::uint64_t reuse_keep(std::uint64_t seen) { return seen + seen / 2; }
+  // Blocks given back early (younger than the decay period, by keep_age) are
+  // remembered, this many of the latest: a miss that one of them would have
+  // served counts as a reuse at the age it would have had, so a process whose
+  // reuse is slower than the minimum age soon keeps its blocks long enough.
+  static constexpr int kGhosts = 32;
 
   constexpr ReuseCache(Arena& arena, const Deps& deps) : arena_(arena), deps_(deps) {}
   ReuseCache(const ReuseCache&) = delete;
   ReuseCache& operator=(const ReuseCache&) = delete;
 
-  // Byte cap (0: keep nothing) and decay period. Before first use.
-  void configure(std::size_t cap, std::uint64_t decay_ns) {
+  // Byte cap (0: keep nothing), decay period, and minimum age (how long a
+  // block is kept while the process shows no reuse; the decay period if
+  // larger, or if 0 is given: then the age is not adapted). Before first use.
+  void configure(std::size_t cap, std::uint64_t decay_ns, std::uint64_t min_age_ns = 0) {
     cap_ = cap;
     decay_ns_ = decay_ns;
+    min_age_ns_ = min_age_ns == 0 || min_age_ns > decay_ns ? decay_ns : min_age_ns;
   }
   std::size_t cap() const { return cap_; }
   std::uint64_t decay_ns() const { return decay_ns_; }
+  std::uint64_t min_age_ns() const { return min_age_ns_; }
+
+  // How old an entry may get at `now` before purge gives it back:
+  // reuse_keep() of the oldest reuse seen in the last two decay periods
+  // (takes, and misses a recently given-back block would have served), at
+  // least the minimum age, at most the decay period (kBusyAgeFactor times it
+  // while the cache is being drawn from). Lock-free (a view of what takes
+  // recorded).
+  std::uint64_t keep_age(std::uint64_t now) const;
 
   // Try to keep the extent [start, start+n) (still "used" in the arena, pages
   // committed) instead of returning it. false: the caller returns it now
@@ -99,6 +135,10 @@ class ReuseCache {
   void refuse_puts(bool on) { refusing_.store(on, std::memory_order_relaxed); }
 
   std::size_t cached_bytes() const { return held_view_.load(std::memory_order_relaxed); }
+  // The most it has held, and the integral of what it held over time in
+  // byte-seconds (up to `now`): what keeping blocks cost in memory.
+  std::size_t peak_bytes() const { return peak_view_.load(std::memory_order_relaxed); }
+  std::uint64_t byte_seconds(std::uint64_t now) const;
   int entries() const;  // takes the lock
 
   // Its invariants (takes the lock, then the arena's): at most kSlots
@@ -116,15 +156,20 @@ class ReuseCache {
     std::uint32_t start, n;
     std::uint64_t freed_ns;
   };
+  struct Ghost {
+    std::uint64_t bytes = 0, freed_ns = 0;
+  };
 
   // What the cache may hold now, holding `held`: the cap, lowered by Deps::room.
   std::size_t allowed(std::size_t held) const;
   void recompute_oldest();
   void remove_at(int i);
-  std::size_t give_back(const Entry* out, int n);
+  std::size_t give_back(const Entry* out, const Reason* why, int n);
+  void note_reuse(std::uint64_t now, std::uint64_t age);  // under mu_
+  void account_time(std::uint64_t now);                   // under mu_, before bytes_held_ changes
   std::uint32_t cut(int i, std::uint32_t want);
   int oldest() const;
-  int trim_oldest(std::size_t bytes, Entry* out);
+  int trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why);
   void join_neighbours(std::uint32_t* start, std::uint32_t* n);
   int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g) const;
 
@@ -132,6 +177,7 @@ class ReuseCache {
   const Deps& deps_;
   std::size_t cap_ = 0;
   std::uint64_t decay_ns_ = 0;
+  std::uint64_t min_age_ns_ = 0;
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   Entry entries_[kSlots] = {};
   int count_ = 0;                  // under mu_
@@ -140,13 +186,24 @@ class ReuseCache {
   std::atomic<std::uint64_t> oldest_ns_{UINT64_MAX};
   std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
   std::atomic<bool> refusing_{false};
+  // The oldest reuse age seen in this decay period and the one before
+  // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
+  std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};
+  Ghost ghosts_[kGhosts] = {};  // under mu_
+  int next_ghost_ = 0;          // under mu_
+  std::atomic<bool> have_ghosts_{false};
+  // Accounting: the peak, and byte-nanoseconds held (as a double: 256 MiB
+  // for an hour is 2.4e21, past a uint64_t) up to changed_ns_.
+  std::atomic<std::size_t> peak_view_{0};
+  std::atomic<double> byte_ns_{0};            // written under mu_
+  std::atomic<std::uint64_t> changed_ns_{0};  // written under mu_
 };
 
 // The process's cache (large::space.arena, CLOCK_MONOTONIC, pal::decommit), wired in
 // large_cache.cpp.
 extern ReuseCache production_cache;
-// Its Deps::returned: large::space.mapped and the returned-bytes counter.
-void account_returned(std::size_t bytes);
+// Its Deps::returned: large::space.mapped and the returned-bytes counters.
+void account_returned(std::size_t bytes, Reason why);
 
 // The production cache's operations, as ReuseCache's above. Its puts are
 // refused while the helper thread cannot be started (nothing would return
@@ -158,6 +215,8 @@ bool take_at(std::uint32_t at, std::uint32_t n);
 std::size_t purge(bool all);
 void evict_for(std::size_t bytes);
 std::size_t cached_bytes();
+std::size_t cached_peak();
+std::uint64_t cached_byte_seconds();
 
 // Called on every large allocation: refreshes the memory limit's RSS sample
 // when it is old, and starts the decay thread the first time.

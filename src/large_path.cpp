@@ -180,6 +180,7 @@ void LargePath::release(void* p, const char* what) {
     a_.release(e.start, e.n);
     large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
     stats::add(st, stats::large_returned_bytes, e.bytes());
+    stats::add(st, stats::large_released_free, e.bytes());
   }
   cache_.purge(false);
 }
@@ -248,6 +249,7 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
     a_.shrink(c.old.start, c.old.n, c.need);
     large::space.mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
     stats::add(c.st, stats::large_returned_bytes, tail.bytes());
+    stats::add(c.st, stats::large_released_free, tail.bytes());
     c.h->length = c.bytes;
   } else {
     c.new_usable = c.old_usable;  // the extent stays as it is
@@ -358,6 +360,7 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
   std::memcpy(nbase + c.off, c.p, keep);
   stats::add(c.st, stats::large_copy_bytes, keep);
   stats::add(c.st, stats::large_returned_bytes, old_bytes);
+  stats::add(c.st, stats::large_released_free, old_bytes);
   return Result::ok;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
@@ -197,6 +198,19 @@ std::size_t rss_bytes() {
 }
 
 int current_tid() { return static_cast<int>(::syscall(SYS_gettid)); }
+
+void futex_wait(const std::uint32_t* word, std::uint32_t expected, std::uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000u), static_cast<long>(timeout_ns % 1'000'000'000u)};
+  int saved = errno;
+  ::syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+  errno = saved;
+}
+
+void futex_wake(const std::uint32_t* word) {
+  int saved = errno;
+  ::syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  errno = saved;
+}
 
 void thread_name_self(char* out) {
   // For the calling thread glibc's pthread_getname_np makes this same call;

@@ -53,6 +53,11 @@ long read_file(const char* path, char* buf, std::size_t cap);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 int current_tid();
+// Sleep while *word == expected, for at most timeout_ns (FUTEX_WAIT on a
+// private word); returns early on futex_wake, a signal, or a changed word.
+void futex_wait(const std::uint32_t* word, std::uint32_t expected, std::uint64_t timeout_ns);
+// Wake one thread in futex_wait on word.
+void futex_wake(const std::uint32_t* word);
 // The calling thread's name (its task comm, as pthread_setname_np or
 // PR_SET_NAME set it) into out[16], NUL-terminated: one prctl(PR_GET_NAME),
 // no file to open. out is left as it was if the kernel refuses.

@@ -194,6 +194,7 @@ void text_large(Out& o, const Data& d) {
   stats::each_in(stats::Object::large, [&](const stats::Field& f, unsigned i) {
     if (f.label[0] == '\0') return;
     if (f.unit == stats::Unit::bytes) o.put("{:<34}{:>12}\n", f.label, Human(dbl(d.fields[i])));
+    else if (f.unit == stats::Unit::byte_seconds) o.put("{:<34}{:>12}*s\n", f.label, Human(dbl(d.fields[i])));
     else o.put("{:<34}{:>12}\n", f.label, d.fields[i]);
   });
 }

@@ -15,7 +15,7 @@
 namespace lowtide::stats {
 
 enum class Kind : unsigned char { counter, gauge };
-enum class Unit : unsigned char { count, bytes };
+enum class Unit : unsigned char { count, bytes, byte_seconds };
 // The JSON report object that shows a field (lowtide_stats.def, `object`).
 enum class Object : unsigned char { none, totals_calls, totals_small, totals_large, large };
 
@@ -35,6 +35,7 @@ struct Field {
 #define LT_KIND_GAUGE Kind::gauge
 #define LT_UNIT_COUNT Unit::count
 #define LT_UNIT_BYTES Unit::bytes
+#define LT_UNIT_BYTE_S Unit::byte_seconds
 #define LT_INDEX_COUNTER(name) Counter::name
 #define LT_INDEX_GAUGE(name) kCounters
 inline constexpr Field kFields[] = {
@@ -48,6 +49,7 @@ inline constexpr Field kFields[] = {
 #undef LT_KIND_GAUGE
 #undef LT_UNIT_COUNT
 #undef LT_UNIT_BYTES
+#undef LT_UNIT_BYTE_S
 #undef LT_INDEX_COUNTER
 #undef LT_INDEX_GAUGE
 inline constexpr unsigned kFieldCount = sizeof kFields / sizeof kFields[0];

@@ -69,7 +69,9 @@ def bytes_close(text, value):
     return abs(float(m.group(1)) * UNITS[m.group(2)] - value) <= 0.05 * UNITS[m.group(2)] + 0.5
 PATH_KEYS = ["requested", "out", "freed", "live"]
 LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes", "returned_bytes",
-              "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live"]
+              "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live",
+              "released_at_free", "released_decay", "released_demand", "released_limit", "released_room",
+              "cached_peak", "cached_byte_seconds"]
 
 
 def check_schema(r, pid=None):
@@ -102,6 +104,9 @@ def check_schema(r, pid=None):
     check(list(t.keys()) == ["calls", "small", "large"] and list(t["calls"].keys()) == CALLS
           and list(t["small"].keys()) == PATH_KEYS and list(t["large"].keys()) == PATH_KEYS, "totals keys")
     check(list(r["large"].keys()) == LARGE_KEYS, "large keys")
+    why = sum(r["large"][k] for k in LARGE_KEYS if k.startswith("released_"))
+    check(why == r["large"]["returned_bytes"], f"released by reason add up to returned_bytes: {why} {r['large']}")
+    check(r["large"]["cached_peak"] >= r["large"]["cached_bytes"], "cached_peak >= cached_bytes")
     rows = r["threads"]
     check(len(rows) >= 1, "at least one thread row")
     for row in rows:
@@ -494,7 +499,7 @@ def parse_text(text):
     a = lines.index(SECTIONS[2]) + 1
     v["large"] = {}
     for r in (r for r in in_object(rows, "large") if r["label"]):
-        m = re.fullmatch(re.escape(r["label"]) + r"\s+(\d+|\d+(?:\.\d)? [KMGT]?i?B)", lines[a])
+        m = re.fullmatch(re.escape(r["label"]) + r"\s+(\d+|\d+(?:\.\d)? [KMGT]?i?B)(\*s)?", lines[a])
         check(m is not None, f"large-path row for {r['name']} ({r['label']!r}): {lines[a]!r}")
         v["large"][r["key"]] = (r["unit"], m.group(1))
         if r["unit"] == "COUNT":

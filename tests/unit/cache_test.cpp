@@ -30,7 +30,11 @@ void fake_decommit(void* p, std::size_t len) {
   decommitted += len;
   decommits.push_back(Extent{0, static_cast<std::uint32_t>(len / G)});
 }
-void fake_returned(std::size_t bytes) { returned += bytes; }
+std::size_t returned_by[4] = {};  // ... by Reason
+void fake_returned(std::size_t bytes, lowtide::cache::Reason why) {
+  returned += bytes;
+  returned_by[static_cast<int>(why)] += bytes;
+}
 
 constexpr Deps kFakeDeps{&fake_clock, &fake_decommit, &fake_returned};
 
@@ -46,6 +50,7 @@ struct Rig {
     c.configure(cap, decay);
     fake_now = 0;
     decommitted = returned = 0;
+    for (auto& r : returned_by) r = 0;
     decommits.clear();
   }
   ~Rig() {
@@ -300,4 +305,118 @@ TEST_CASE("cache: when the process grows towards its limit, purge trims what is 
   CHECK(returned == 8 * G);
   CHECK(r.c.check() == nullptr);
   fake_room = SIZE_MAX;
+}
+
+// ---- demand-sized keeping (configure's minimum age) ----
+
+TEST_CASE("cache: with a minimum age, a block nobody reuses goes back after it, counted as demand") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay, kMin);
+  CHECK(r.c.keep_age(0) == kMin);
+  Extent e = r.used(4);
+  REQUIRE(r.put(e));
+  fake_now = kMin - 1;
+  CHECK(r.c.purge(false) == 0);
+  fake_now = kMin;
+  CHECK(r.c.purge(false) == e.bytes());
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::demand)] == e.bytes());
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::decay)] == 0);
+}
+
+TEST_CASE("cache: a reuse at age A keeps blocks reuse_keep(A), for two decay periods at most") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  constexpr std::uint64_t kAge = kDecay / 5;  // older than the minimum age
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay * 100, kMin);  // a long decay period: only the reuse rule acts
+  // A block reused at kAge (kept that long because the cache was younger
+  // than the minimum age at every purge: purge is not called here).
+  Extent a = r.used(2), b = r.used(2);
+  REQUIRE(r.put(a));
+  fake_now = kAge;
+  std::uint32_t got = 0;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
+  r.live.push_back(a);
+  CHECK(r.c.keep_age(fake_now) == ReuseCache::reuse_keep(kAge));
+  // b, freed at kAge, stays until it is twice that old.
+  REQUIRE(r.put(b));
+  fake_now = kAge + ReuseCache::reuse_keep(kAge) - 1;
+  CHECK(r.c.purge(false) == 0);
+  fake_now = kAge + ReuseCache::reuse_keep(kAge);
+  CHECK(r.c.purge(false) == b.bytes());
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::demand)] == b.bytes());
+  // Two decay periods without a reuse: back to the minimum age.
+  fake_now = kAge + 2 * kDecay * 100;
+  CHECK(r.c.keep_age(fake_now) == kMin);
+}
+
+TEST_CASE("cache: a miss that a block given back early would have served teaches the keep age") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay, kMin);
+  Extent e = r.used(4);
+  REQUIRE(r.put(e));
+  fake_now = kMin;
+  REQUIRE(r.c.purge(false) == e.bytes());  // early: remembered as a ghost
+  // The program asks for a block that size at 3 * kMin: it would have been
+  // served at that age.
+  fake_now = 3 * kMin;
+  r.c.evict_for(e.bytes());
+  CHECK(r.c.keep_age(fake_now) == ReuseCache::reuse_keep(3 * kMin));
+}
+
+TEST_CASE("cache: a miss larger than every ghost, or after the decay period, teaches nothing") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay, kMin);
+  Extent e = r.used(4);
+  REQUIRE(r.put(e));
+  fake_now = kMin;
+  REQUIRE(r.c.purge(false) == e.bytes());
+  fake_now = 2 * kMin;
+  r.c.evict_for(e.bytes() + G);
+  CHECK(r.c.keep_age(fake_now) == kMin);
+  fake_now = kDecay + 1;  // the ghost is older than the decay period
+  r.c.evict_for(e.bytes());
+  CHECK(r.c.keep_age(fake_now) == kMin);
+}
+
+TEST_CASE("cache: the keep age never passes the decay period, and the reasons add up") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(4 * G);
+  r.c.configure(4 * G, kDecay, kMin);
+  Extent a = r.used(2), b = r.used(2), c = r.used(2);
+  REQUIRE(r.put(a));
+  fake_now = kDecay * 3;  // a reuse at 3 periods' age: kept at most a period
+  std::uint32_t got = 0;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
+  r.live.push_back(a);
+  // Busy (a take within the period): kBusyAgeFactor periods at most.
+  CHECK(r.c.keep_age(fake_now) == kDecay * ReuseCache::kBusyAgeFactor);
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(c));
+  fake_now += 1;
+  Extent d = r.used(2);
+  REQUIRE(r.put(d));  // over the 4-granule cap: b, the oldest, goes (room)
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::room)] == b.bytes());
+  CHECK(r.c.peak_bytes() == 4 * G);
+  fake_now += kDecay * ReuseCache::kBusyAgeFactor;
+  CHECK(r.c.purge(false) == c.bytes() + d.bytes());
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::decay)] == c.bytes() + d.bytes());
+  std::size_t sum = 0;
+  for (std::size_t v : returned_by) sum += v;
+  CHECK(sum == returned);
+}
+
+TEST_CASE("cache: byte_seconds integrates what the cache held over time") {
+  Rig r(64 * G);
+  Extent e = r.used(4);
+  fake_now = 1'000'000'000;  // 1 s
+  REQUIRE(r.put(e));
+  CHECK(r.c.byte_seconds(fake_now) == 0);
+  fake_now += 3'000'000'000;  // held 3 s
+  CHECK(r.c.byte_seconds(fake_now) == 3 * e.bytes());
+  r.c.purge(true);
+  fake_now += 5'000'000'000;  // nothing held since
+  CHECK(r.c.byte_seconds(fake_now) == 3 * e.bytes());
 }
