@@ -119,9 +119,12 @@ with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
     rc, out, err = run(["cc", "-o", exe_rpath, src] + flags + ["-Wl,-rpath," + dest + libdir_pc], env)
     check(rc == 0, "cc with -Wl,-rpath: %s" % err)
     if rc == 0:
-        rc, out, err = run([exe_rpath], env)
+        # meson test sets LD_LIBRARY_PATH to the build's src/, which ld.so
+        # would search before the rpath.
+        no_llp = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+        rc, out, err = run([exe_rpath], no_llp)
         check(rc == 0 and out.split()[1:] == ["1"], "rpath-linked program runs with lowtide's malloc: %r %s" % (out, err))
-        rc, out, err = run(["ldd", exe_rpath], env)
+        rc, out, err = run(["ldd", exe_rpath], no_llp)
         check(os.path.join(dest + libdir, "liblowtide.so") in out, "ldd resolves liblowtide.so by the rpath: %s" % out)
 
 finish()
