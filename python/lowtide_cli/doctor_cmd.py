@@ -334,20 +334,21 @@ def sample(pid, seen):
         if p in done:
             continue
         done.add(p)
+        stack += proc_children(p)
         try:
             exe = os.readlink("/proc/%d/exe" % p)
+            rec = seen.get((p, exe))
+            if rec is not None and (rec["libc"] or rec["lowtide"]):
+                continue  # decided: its maps need not be read again
             with open("/proc/%d/maps" % p) as f:
                 maps = f.read()
             with open("/proc/%d/comm" % p) as f:
                 comm = f.read().strip()
         except OSError:
             continue
-        libc = "/libc.so" in maps or "/libc-" in maps
-        ours = "liblowtide" in maps
         rec = seen.setdefault((p, exe), {"comm": comm, "libc": False, "lowtide": False})
-        rec["libc"] |= libc
-        rec["lowtide"] |= ours
-        stack += proc_children(p)
+        rec["libc"] |= "/libc.so" in maps or "/libc-" in maps
+        rec["lowtide"] |= "liblowtide" in maps
 
 
 def run_command(d, lib, command, timeout):
