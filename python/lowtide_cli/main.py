@@ -12,6 +12,8 @@ lowtide: run programs under the lowtide allocator and look at what it did.
   lowtide lib
   lowtide compare [--with glibc,jemalloc,mimalloc,tcmalloc] [--out DIR] -- CMD ARGS...
   lowtide report [--json] FILE...
+  lowtide doctor [--timeout S] [-- CMD ARGS...]
+  lowtide --version
 """
 
 
@@ -27,6 +29,7 @@ def split_command(argv):
 def parser():
     p = argparse.ArgumentParser(prog="lowtide", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="store_true", help="print lowtide's version and exit")
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND")
 
     r = sub.add_parser("run", help="run CMD with lowtide preloaded (exec, so exit status and signals pass through)",
@@ -62,19 +65,43 @@ def parser():
                                      "process and the total.")
     rep.add_argument("files", nargs="+", metavar="FILE")
     rep.add_argument("--json", action="store_true", help="print the merged summary as JSON")
+
+    d = sub.add_parser("doctor", help="what on this machine, and in CMD, matters to lowtide",
+                       description="Print what on this machine matters to lowtide (transparent huge pages, "
+                                   "overcommit, vm.max_map_count, the memory limit lowtide sees, the "
+                                   "environment) and, given CMD, run it under lowtide and say whether "
+                                   "lowtide really serves its malloc, process by process, with a warning "
+                                   "for each thing that will surprise (a statically linked or setuid "
+                                   "program, a process that ran without lowtide, reports that would "
+                                   "overwrite each other). Exit status 0: nothing to warn about; 1: warnings.",
+                       usage="lowtide doctor [--timeout S] [-- CMD [ARGS...]]")
+    d.add_argument("--timeout", type=float, metavar="S",
+                   help="stop CMD (SIGTERM) after S seconds, e.g. for a server (default: wait for its end)")
+    # Tests point this at a fake tree: S/sys/kernel/mm/..., S/proc/sys/vm/...,
+    # and the cgroup files (LOWTIDE_CGROUP_ROOT for the library).
+    d.add_argument("--sysroot", default="/", help=argparse.SUPPRESS)
     return p
 
 
-def main(argv, lib_candidates, build_hint):
+def main(argv, lib_candidates, build_hint, version=None):
+    """version: the launcher's (configured at install); None: the version
+    of the build directory the library is found in."""
     try:
-        return dispatch(argv, lib_candidates, build_hint)
+        return dispatch(argv, lib_candidates, build_hint, version)
     except BrokenPipeError:
         # `lowtide report ... | head`: the reader left; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 
 
-def dispatch(argv, lib_candidates, build_hint):
+def entry():
+    """The `lowtide` command of a pip install (pyproject.toml's entry
+    point): the library is the one in this package."""
+    return main(sys.argv[1:], [locate.packaged_library()], "reinstall lowtide (pip install .)",
+                locate.packaged_version())
+
+
+def dispatch(argv, lib_candidates, build_hint, version=None):
     opts, command = split_command(argv)
     p = parser()
     a, extra = p.parse_known_args(opts)
@@ -83,6 +110,15 @@ def dispatch(argv, lib_candidates, build_hint):
                 % (a.cmd, a.cmd, " ".join(extra)))
     if extra:
         p.error("unrecognized arguments: %s" % " ".join(extra))
+    if a.version:
+        if a.cmd is not None or command is not None:
+            p.error("--version takes no subcommand")
+        version = version or locate.build_version(locate.find_library(lib_candidates, build_hint, quiet=True))
+        if version is None:
+            print("lowtide: version unknown (no installed or built lowtide found)", file=sys.stderr)
+            return 1
+        print("lowtide " + version)
+        return 0
     if a.cmd is None:
         p.print_help()
         return 2
@@ -100,6 +136,10 @@ def dispatch(argv, lib_candidates, build_hint):
     if a.cmd == "lib":
         print(lib)
         return 0
+    if a.cmd == "doctor":
+        from . import doctor_cmd
+        return doctor_cmd.main(lib, command, version=version or locate.build_version(lib),
+                               timeout=a.timeout, sysroot=a.sysroot)
     if a.cmd == "run":
         from . import run_cmd
         return run_cmd.main(lib, command, cutoff=a.cutoff, stats=a.stats, stats_file=a.stats_file)

@@ -1,10 +1,18 @@
 # Sourced by scripts/test and scripts/demo: make sure the Debian packages
 # lowtide builds and tests with are installed. As root, installs only the
 # missing ones with apt-get; otherwise prints what to install and exits 1.
+# scripts/demo asks only for what the demo needs (LOWTIDE_DEMO_DEBS: build
+# the library, run the seed workload), so a user without root who lacks
+# only test packages still runs it; scripts/test asks for both lists.
+# tests/install/deps_test.py runs both scripts' checks with a fake dpkg-query.
 
-LOWTIDE_DEBS=(
-  libmimalloc-dev libmimalloc2.0 meson ninja-build g++ libfmt-dev catch2
-  python3 python3-numpy libunwind-dev binutils pkg-config cmake
+LOWTIDE_DEMO_DEBS=(
+  libmimalloc-dev libmimalloc2.0 meson ninja-build g++ libfmt-dev pkg-config python3
+)
+
+LOWTIDE_TEST_DEBS=(
+  # the unit tests (Catch2 v2), tests that use numpy, call sites (libunwind)
+  catch2 python3-numpy libunwind-dev binutils cmake
   # tests/tools: lowtide compare runs every peer and draws its plot; the
   # Dask demo runs a distributed LocalCluster
   libjemalloc2 libtcmalloc-minimal4 python3-matplotlib python3-distributed
@@ -13,11 +21,19 @@ LOWTIDE_DEBS=(
   # real programs of the 'real' suite: git, sqlite3, Python's own regression
   # tests (the `test` package beyond libregrtest)
   valgrind clang-14 libclang-rt-14-dev clang-tidy-14 cppcheck git sqlite3 libpython3.11-testsuite
+  # tests/install: pip install into a virtualenv, offline (meson-python)
+  python3-venv python3-pip python3-mesonpy
 )
 
+# Everything, for callers that do not choose.
+LOWTIDE_DEBS=("${LOWTIDE_DEMO_DEBS[@]}" "${LOWTIDE_TEST_DEBS[@]}")
+
+# lowtide_missing_debs [PKG...]: those of the packages (default: all) that
+# are not installed, one a line.
 lowtide_missing_debs() {
   local p status
-  for p in "${LOWTIDE_DEBS[@]}"; do
+  (($# != 0)) || set -- "${LOWTIDE_DEBS[@]}"
+  for p in "$@"; do
     status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
     if [[ "$status" != "installed" ]]; then
       printf '%s\n' "$p"
@@ -25,9 +41,12 @@ lowtide_missing_debs() {
   done
 }
 
+# lowtide_ensure_debs [PKG...]: returns when the packages (default: all)
+# are installed; installs the missing ones as root, else exits 1 naming them.
 lowtide_ensure_debs() {
   local missing
-  mapfile -t missing < <(lowtide_missing_debs)
+  (($# != 0)) || set -- "${LOWTIDE_DEBS[@]}"
+  mapfile -t missing < <(lowtide_missing_debs "$@")
   if ((${#missing[@]} == 0)); then
     return 0
   fi
@@ -41,7 +60,7 @@ lowtide_ensure_debs() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
-  mapfile -t missing < <(lowtide_missing_debs)
+  mapfile -t missing < <(lowtide_missing_debs "$@")
   if ((${#missing[@]} != 0)); then
     echo "still missing after apt-get install: ${missing[*]}" >&2
     exit 1

@@ -1,6 +1,6 @@
 """meson install into a temporary DESTDIR, then use what was installed:
 
-  install_test.py MESON BUILD_DIR PREFIX LIBDIR
+  install_test.py MESON BUILD_DIR PREFIX LIBDIR VERSION
 
 The installed `lowtide` finds the installed library (relative to itself,
 since under a DESTDIR the configured prefix holds nothing of this build),
@@ -14,7 +14,7 @@ import tempfile
 
 from tools_common import check, clean_env, finish, run
 
-meson, build, prefix, libdir = sys.argv[1:5]
+meson, build, prefix, libdir, version = sys.argv[1:6]
 libdir = libdir if os.path.isabs(libdir) else os.path.join(prefix, libdir)
 
 with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
@@ -39,6 +39,15 @@ with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
     pyfiles = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f == "lowtide.py"]
     check(len(pyfiles) == 1, "one lowtide.py installed: %s" % pyfiles)
     pydir = os.path.dirname(pyfiles[0]) if pyfiles else ""
+    # Where the system's python3 reads modules of this prefix: for
+    # /usr/local on Debian /usr/local/lib/python3.X/dist-packages, not the
+    # /usr/local/lib/python3/dist-packages meson 1.0 chooses by itself.
+    if prefix in ("/usr", "/usr/local"):
+        syspath = run(["/usr/bin/python3", "-I", "-c", "import sys; print('\\n'.join(sys.path))"], env)[1].split()
+        check(pydir[len(dest):] in syspath, "lowtide.py installed in %s, on /usr/bin/python3's sys.path %s"
+              % (pydir[len(dest):], syspath))
+    rc, out, err = run([lowtide, "--version"], env, cwd=dest)
+    check(rc == 0 and out == "lowtide %s\n" % version, "installed lowtide --version: %r %r" % (out, err))
     check(os.path.isfile(os.path.join(pydir, "lowtide_cli", "main.py")), "lowtide_cli next to lowtide.py")
     probe = ("import json, os, lowtide\n"
              "print(json.dumps({'active': lowtide.active(), 'version': lowtide.version(),"
@@ -101,5 +110,21 @@ with tempfile.TemporaryDirectory(prefix="lowtide-install-") as dest:
     if rc == 0:
         rc, out, err = run([exe], dict(env, LD_LIBRARY_PATH=dest + libdir))
         check(rc == 0 and out.split()[1:] == ["1"], "linked program: lowtide served its 8 MiB block: %r" % out)
+    # docs/usage.md's line for a prefix ld.so does not search: the library's
+    # directory recorded as the program's rpath (pkg-config's libdir,
+    # DESTDIR put in front), no LD_LIBRARY_PATH.
+    libdir_pc = run(["pkg-config", "--variable=libdir", "lowtide"], pc_env)[1].strip()
+    check(libdir_pc == libdir, "pkg-config libdir: %r" % libdir_pc)
+    exe_rpath = os.path.join(dest, "use_rpath")
+    rc, out, err = run(["cc", "-o", exe_rpath, src] + flags + ["-Wl,-rpath," + dest + libdir_pc], env)
+    check(rc == 0, "cc with -Wl,-rpath: %s" % err)
+    if rc == 0:
+        # meson test sets LD_LIBRARY_PATH to the build's src/, which ld.so
+        # would search before the rpath.
+        no_llp = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+        rc, out, err = run([exe_rpath], no_llp)
+        check(rc == 0 and out.split()[1:] == ["1"], "rpath-linked program runs with lowtide's malloc: %r %s" % (out, err))
+        rc, out, err = run(["ldd", exe_rpath], no_llp)
+        check(os.path.join(dest + libdir, "liblowtide.so") in out, "ldd resolves liblowtide.so by the rpath: %s" % out)
 
 finish()
