@@ -125,7 +125,7 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
   if (t == 0) o.put("every large block captured) --\n");
   else o.put("sampled every {} on average, figures scaled) --\n", Human(static_cast<double>(t)));
   if (d.top == 0) o.put("(no large block captured)\n");
-  else o.put("(\"at the process's peak\": when its large live bytes were {}; its peak is {})\n",
+  else o.put("(\"at the process's peak\": a site's live bytes when the large live bytes were {}; the peak: {})\n",
              Human(static_cast<double>(d.at_peak_live)), Human(static_cast<double>(d.process_peak)));
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];

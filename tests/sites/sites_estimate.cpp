@@ -7,10 +7,11 @@
 // deviation. Blocks are never written: only their headers' pages are touched,
 // so gigabytes of blocks cost little memory.
 //
-// Usage: sites_estimate estimate | phases
+// Usage: sites_estimate estimate | phases | threads
 #include "lowtide_test.hpp"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,40 @@ void drop(Truth* t, std::vector<void*>* v) {
   v->clear();
 }
 
+// Threads that allocate, grow, shrink (in place, and below the cutoff into
+// the small path and back) and free large blocks at random, all at once,
+// then free everything: whatever was sampled, every site must be back at
+// zero live bytes and blocks.
+__attribute__((noinline)) void* churn(void* arg) {
+  std::uint64_t r = 0x2545f4914f6cdd1dULL * (reinterpret_cast<std::uintptr_t>(arg) + 1);
+  auto next = [&r](std::size_t lo, std::size_t hi) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    return lo + static_cast<std::size_t>(r % (hi - lo + 1));
+  };
+  void* slot[16] = {};
+  for (int i = 0; i < 4000; ++i) {
+    void*& p = slot[next(0, 15)];
+    switch (next(0, 3)) {
+      case 0:
+        free(p);
+        p = malloc(opaque(next(kCutoff, std::size_t{4} << 20)));
+        break;
+      case 1:
+      case 2:  // grow or shrink, sometimes below the cutoff
+        p = realloc(p, opaque(next(std::size_t{64} << 10, std::size_t{6} << 20)));
+        break;
+      default:
+        free(p);
+        p = nullptr;
+    }
+    asm volatile("" ::: "memory");
+  }
+  for (void* p : slot) free(p);
+  return nullptr;
+}
+
 void print(const std::vector<Truth>& all, const char* extra) {
   std::printf("{\"scenarios\": [");
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -235,6 +270,13 @@ int main(int argc, char** argv) {
     print(all, extra);
     return 0;
   }
-  std::fprintf(stderr, "usage: sites_estimate estimate|phases\n");
+  if (mode == "threads") {
+    pthread_t th[4];
+    for (std::uintptr_t i = 0; i < 4; ++i) CHECK(pthread_create(&th[i], nullptr, churn, reinterpret_cast<void*>(i)) == 0);
+    for (pthread_t& t : th) CHECK(pthread_join(t, nullptr) == 0);
+    print({}, "");
+    return 0;
+  }
+  std::fprintf(stderr, "usage: sites_estimate estimate|phases|threads\n");
   return 2;
 }

@@ -392,6 +392,31 @@ def case_at_peak_sampled(a, tmp):
     at_peak_case(a, tmp, INTERVAL)
 
 
+def case_threads(a, tmp):
+    """Four threads allocate, grow, shrink and free at once, then free all:
+    every site's live figures go back to exactly zero (a free or shrink takes
+    back what the block's pieces added, whoever sampled them)."""
+    for interval in (0, 256 << 10):
+        rep = os.path.join(tmp, "t%d.json" % interval)
+        rc, out, err = run([a.estimate, "threads"], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="200",
+                                                            LOWTIDE_SITE_SAMPLE=str(interval), LOWTIDE_STATS_FILE=rep))
+        check(rc == 0, f"exit status {rc}: {err[-2000:]}")
+        with open(rep) as f:
+            r = json.load(f)
+        s = r["sites"]
+        check(r["large"]["live"] == 0, f"nothing live: {r['large']['live']}")
+        check(len(s["top"]) >= 2 and s["not_shown"]["sites"] == 0, f"sites listed: {len(s['top'])}")
+        check(sum(row["captured"] for row in s["top"]) > 100, "captures made")
+        for row in s["top"]:
+            check(row["live_bytes"] == 0 and row["live_blocks"] == 0,
+                  f"T={interval}: site {row['id']} back to zero: {row['live_bytes']} bytes, {row['live_blocks']} blocks")
+        hp = s["heap_at_peak"]
+        check(hp["source"] == "copy" and 0 < hp["live_then"] <= hp["process_peak_live"], f"a copy was taken: {hp}")
+        check(s["not_shown"]["at_peak_bytes"] + sum(row["at_peak_bytes"] for row in s["top"]) > 0, "sites at the peak")
+        if interval == 0:
+            check(sum(row["remaps"] for row in s["top"]) > 0, "some growth moved a block")
+
+
 # --- flame graphs ------------------------------------------------------------
 
 def expected_stacks(r, key):
@@ -466,6 +491,13 @@ def case_flame(a, tmp):
         if of == "peak":
             check(total == r["sites"]["heap_at_peak"]["live_then"], "the flame graph of the peak adds up to it")
         check_svg(svg, got)
+    # two reports: the same stacks add up
+    twice = os.path.join(tmp, "twice.txt")
+    p = subprocess.run([a.launcher, "report", "--collapsed", twice, rep, rep], env=clean_env(), capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    check(p.returncode == 0, f"two reports: exit {p.returncode}: {p.stderr}")
+    want = {k: 2 * v for k, v in expected_stacks(r, "at_peak_bytes").items()}
+    check(read_collapsed(twice) == want, "two reports' stacks add up")
     # no sites: an error, no file
     off = os.path.join(tmp, "off.json")
     rc, _, _ = run([a.estimate, "phases"], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=off))
@@ -480,7 +512,7 @@ def case_flame(a, tmp):
 
 CASES = {"nolib": case_nolib, "named": case_named, "limit": case_limit, "sampled": case_sampled, "dlopen": case_dlopen,
          "bad": case_bad, "off": case_off, "estimate": case_estimate, "at_peak": case_at_peak,
-         "at_peak_sampled": case_at_peak_sampled, "flame": case_flame}
+         "at_peak_sampled": case_at_peak_sampled, "flame": case_flame, "threads": case_threads}
 
 
 def main():
