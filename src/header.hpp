@@ -27,7 +27,10 @@ struct BlockHeader {
   // How many blocks this sampled block stands for, in 1/256ths (sites.hpp):
   // kept with the block so its free subtracts exactly what its allocation added.
   std::uint32_t site_weight;
-  std::uint8_t reserved[8];
+  // What the block adds to its site's live bytes, in 1/256ths of a byte (its
+  // allocation and each sampled realloc growth, scaled; sites.cpp): a free
+  // or shrink takes back exactly this, or its share.
+  std::uint64_t site_bytes;
 };
 static_assert(sizeof(BlockHeader) == 64, "the header is one cache line");
 
@@ -50,7 +53,7 @@ inline void encode_header(BlockHeader* h, void* user, std::uint64_t base, std::u
   h->flags = flags;
   h->pad[0] = h->pad[1] = 0;
   h->site_weight = site_weight;
-  for (auto& r : h->reserved) r = 0;
+  h->site_bytes = 0;
 }
 
 inline bool header_valid(const BlockHeader* h, const void* user) {

@@ -157,7 +157,7 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
   stats::add(st, stats::large_requested, size);
   stats::add(st, stats::large_out, usable);
   stats::large_live_add(usable);
-  sites::allocated(site, usable);
+  sites::allocated(header_of(user), site, usable);
   *out = user;
   return Result::ok;
 }
@@ -208,18 +208,26 @@ struct LargePath::Change {
   std::uint32_t need;   // granules after
   std::size_t old_usable, new_usable;
   stats::Slot* st;
+  sites::Sample grow;   // the growth's call-site sample (sites::on_grow)
 };
 
 // Every successful resize hands out new_usable in place of old_usable.
 void LargePath::account(const Change& c, unsigned how_) {
   const auto how = static_cast<stats::Counter>(how_);
-  sites::resized(c.h, c.old_usable, c.new_usable, how == stats::large_remaps || how == stats::large_copies);
+  // A block that gets its site in place needs the arena's tag for it (a
+  // moved one is published with it after this).
+  if (sites::resized(c.h, c.old_usable, c.new_usable, how == stats::large_remaps || how == stats::large_copies,
+                     c.grow) &&
+      c.h == header_of(c.p))
+    a_.publish(c.p, c.old.start, c.h->site);
   stats::add(c.st, how, 1);
   stats::add(c.st, stats::large_requested, c.size);
   stats::add(c.st, stats::large_freed, c.old_usable);
   stats::add(c.st, stats::large_out, c.new_usable);
-  stats::large_live_add(c.new_usable);
+  // The old size off first: the other order made the peak count a resized
+  // block twice (old + new) for an instant.
   stats::large_live_sub(c.old_usable);
+  stats::large_live_add(c.new_usable);
 }
 
 Result LargePath::resize(void* p, std::size_t size, void** out) {
@@ -227,8 +235,10 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
   const std::size_t off = e.offset_of(a_, p);
   if (size > a_.size() - off) return Result::no_room;
   const std::size_t bytes = round_up(off + size, G);
+  // Before any lock is taken: a capture unwinds and looks up modules.
+  const sites::Sample grow = sites::on_grow(header_of(p), p, e.usable_from(a_, p), size);
   Change c{p,     header_of(p), e, off, size, bytes, Extent::granules_of(bytes), e.usable_from(a_, p),
-           bytes - off, stats::slot()};
+           bytes - off, stats::slot(), grow};
   if (c.need <= e.n) return shrink_in_place(c, out);
   // Growing by more than the kernel would grant: refused before the cache
   // is emptied for it (mremap checks only the growth too).

@@ -4,6 +4,7 @@
 
 #include "large_space.hpp"
 #include "state.hpp"
+#include "stats.hpp"
 #include "symbolize.hpp"
 
 namespace lowtide::report_sites {
@@ -37,7 +38,16 @@ namespace {
 void gather_sites(Data* d, report::Scratch& scratch) {
   std::size_t cap = 0;
   d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
-  d->nall = d->all != nullptr ? sites::read_sites(d->all, cap) : 0;
+  sites::AtPeak at{};
+  const std::uint64_t live_now = stats::large_live_now();
+  d->process_peak = stats::large_peak_now();
+  d->nall = d->all != nullptr ? sites::read_sites(d->all, cap, &at) : 0;
+  // No free since the last new peak (the process may be at its peak now):
+  // the live figures are closer to the peak than the last copy.
+  d->at_peak_now = live_now >= at.taken_at;
+  d->at_peak_live = d->at_peak_now ? live_now : at.taken_at;
+  if (d->at_peak_now)
+    for (std::size_t i = 0; i < d->nall; ++i) d->all[i].at_peak_bytes = d->all[i].live_bytes;
   std::sort(d->all, d->all + d->nall, [](const sites::SiteRow& a, const sites::SiteRow& b) {
     return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes : a.id < b.id;
   });
@@ -115,12 +125,14 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
   if (t == 0) o.put("every large block captured) --\n");
   else o.put("sampled every {} on average, figures scaled) --\n", Human(static_cast<double>(t)));
   if (d.top == 0) o.put("(no large block captured)\n");
+  else o.put("(\"at the process's peak\": a site's live bytes when the large live bytes were {}; the peak: {})\n",
+             Human(static_cast<double>(d.at_peak_live)), Human(static_cast<double>(d.process_peak)));
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];
     o.put("site {}: peak live {}, live now {} in {:.0f} blocks; allocated {:.0f} blocks, {}; "
-          "moved by realloc {:.0f}; captured {}\n",
+          "moved by realloc {:.0f}; captured {}; at the process's peak {}\n",
           r.id, Human(r.peak_bytes), Human(r.live_bytes), r.live_blocks, r.blocks, Human(r.bytes), r.remaps,
-          r.sampled);
+          r.sampled, Human(r.at_peak_bytes));
     if (r.id == sites::kFullSite) o.put("    (stacks seen after the site table filled up)\n");
     for (std::uint32_t i = 0; i < r.nframes && i < kTextFrames; ++i) {
       o.put("    #{:<2} ", i);
@@ -157,14 +169,26 @@ void json(report::Out& o, const Data& d, bool demangle) {
   auto r0 = [](double v) { return static_cast<std::int64_t>(v < 0 ? v - 0.5 : v + 0.5); };
   const bool on = sites::enabled.load();
   o.put(",\n \"sites\": {{\"enabled\": {}, \"shown\": {}, \"sample_interval\": {}, \"count\": {}, "
-        "\"table_full\": {}, \"top\": [",
+        "\"table_full\": {}, ",
         on, on ? sites::shown() : 0u, on ? sites::interval() : 0u, d.nall, sites::table_full());
+  // The sites not in the top list, summed, so that totals over all sites
+  // (a flame graph's) can be had from the report.
+  double o_bytes = 0, o_live = 0, o_peak = 0;
+  for (std::size_t k = d.top; k < d.nall; ++k) {
+    o_bytes += d.all[k].bytes;
+    o_live += d.all[k].live_bytes;
+    o_peak += d.all[k].at_peak_bytes;
+  }
+  o.put("\"heap_at_peak\": {{\"process_peak_live\": {}, \"live_then\": {}, \"source\": \"{}\"}},\n  "
+        "\"not_shown\": {{\"sites\": {}, \"bytes\": {}, \"live_bytes\": {}, \"at_peak_bytes\": {}}}, \"top\": [",
+        d.process_peak, d.at_peak_live, d.at_peak_now ? "now" : "copy", d.nall - d.top, r0(o_bytes), r0(o_live),
+        r0(o_peak));
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];
     o.put("{}\n  {{\"id\": {}, \"captured\": {}, \"blocks\": {}, \"bytes\": {}, \"live_blocks\": {}, "
-          "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"remaps\": {}, \"frames\": [",
+          "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"at_peak_bytes\": {}, \"remaps\": {}, \"frames\": [",
           k == 0 ? "" : ",", r.id, r.sampled, r0(r.blocks), r0(r.bytes), r0(r.live_blocks), r0(r.live_bytes),
-          r0(r.peak_bytes), r0(r.remaps));
+          r0(r.peak_bytes), r0(r.at_peak_bytes), r0(r.remaps));
     for (std::uint32_t i = 0; i < r.nframes; ++i) {
       symbolize::Symbol s;
       symbolize::frame(r.frames[i], demangle, &s);

@@ -29,6 +29,11 @@ struct Data {
   sites::SiteRow* all = nullptr;  // every site, by peak live bytes
   std::size_t nall = 0;
   std::size_t top = 0;              // the first `top` of them are shown (LOWTIDE_SITES)
+  // The heap at the process's peak (sites.hpp, AtPeak): the rows'
+  // at_peak_bytes are of a moment when the large live bytes were
+  // at_peak_live (the snapshot's peak, or now when now is higher).
+  std::uint64_t process_peak = 0, at_peak_live = 0;
+  bool at_peak_now = false;
   LiveGroup* live = nullptr;        // by bytes, largest first
   std::size_t nlive = 0;
   std::uint64_t live_missed = 0;    // blocks not listed: appeared during the walk, or no room

@@ -10,6 +10,7 @@
 
 #include "log.hpp"
 #include "platform.hpp"
+#include "stats.hpp"
 #include "unwind.hpp"
 
 namespace lowtide::sites {
@@ -39,6 +40,7 @@ struct Module {
 };
 
 Site* table = nullptr;
+std::uint32_t* order = nullptr;  // the slots in use, in insertion order (the snapshot walks these)
 Frame* frames = nullptr;
 Module* modules = nullptr;
 char* strings = nullptr;
@@ -57,6 +59,19 @@ std::uint32_t show = 0;
 
 std::atomic<int> capturing{0};
 std::atomic<bool> fork_pending{false};
+
+// The heap-at-peak snapshot (sites.hpp, AtPeak): each site's live bytes, by
+// slot, under a sequence lock (odd while a copy is being written; readers
+// retry a bounded number of times). One writer at a time, by try-flag: a
+// thread that finds it taken (another thread, or a signal handler's free
+// interrupting this thread's copy) skips its copy, never waits.
+std::atomic<std::uint64_t>* snap = nullptr;
+std::atomic<std::uint64_t> snap_seq{0};
+std::atomic<std::uint64_t> snap_taken_at{0};
+std::atomic<bool> snap_busy{false};
+// A copy is taken when the peak has grown by more than peak >> kSnapShift
+// since the last one.
+constexpr int kSnapShift = 12;
 
 std::uint64_t next_random(std::uint64_t* s) {
   std::uint64_t x = *s;
@@ -84,6 +99,11 @@ std::uint32_t weight_of(std::size_t size) {
 std::uint64_t scaled(std::size_t usable, std::uint32_t w) {
   std::uint64_t v;
   return __builtin_mul_overflow(static_cast<std::uint64_t>(usable), std::uint64_t{w}, &v) ? UINT64_MAX : v;
+}
+
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t v;
+  return __builtin_add_overflow(a, b, &v) ? UINT64_MAX : v;
 }
 
 std::uint64_t hash_stack(const std::uintptr_t* ips, int n) {
@@ -156,9 +176,9 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
         f.offset = f.module != kNoModule ? ips[i] - where[i].bias : ips[i];
       }
       frames_used += static_cast<std::uint32_t>(n);
-      ++used;
+      order[used++] = at;
       s.hash.store(h, std::memory_order_release);
-      used_view.store(used, std::memory_order_relaxed);
+      used_view.store(used, std::memory_order_release);
     }
   }
   pthread_mutex_unlock(&mu);
@@ -172,23 +192,25 @@ void add_peak(Site& s, std::uint64_t live) {
   }
 }
 
-}  // namespace
-
-Sample sample_slow(std::size_t size) {
-  ThreadLocal& t = t_local;
-  // libunwind may allocate: such a nested large block gets no site.
-  if (t.in_capture) return {0, 0};
+// The countdown of thread t reached zero: draws the next interval and says
+// whether this is a capture. A thread's first countdown is a full random
+// interval too (drawn here, on its first expiry), so a thread's first large
+// block is not always captured.
+bool expired(ThreadLocal& t) {
   if (t.site_rng == 0) {
     t.site_rng = (static_cast<std::uint64_t>(current_tid()) << 32) ^ pal::now_ns() ^
                  reinterpret_cast<std::uintptr_t>(&t) ^ 0x853c49e6748fea9bULL;
     if (t.site_rng == 0) t.site_rng = 1;
-    // A thread's first countdown is a full random interval too, so a
-    // thread's first large block is not always captured.
     t.site_left += draw_interval(&t.site_rng);
-    if (t.site_left > 0) return {0, 0};
+    if (t.site_left > 0) return false;
   }
   t.site_left = draw_interval(&t.site_rng);
-  Sample out{0, weight_of(size)};
+  return true;
+}
+
+// The calling thread's stack as a site id (0: none could be had).
+std::uint32_t capture_site(ThreadLocal& t) {
+  std::uint32_t site = 0;
   t.in_capture = 1;
   capturing.fetch_add(1, std::memory_order_seq_cst);
   if (!fork_pending.load(std::memory_order_seq_cst)) {
@@ -196,64 +218,138 @@ Sample sample_slow(std::size_t size) {
     int n = unwind::capture(ips, kMaxFrames);
     if (n > 0) {
       std::uint64_t h = hash_stack(ips, n);
-      out.site = find(h);
-      if (out.site == 0) out.site = insert(h, ips, n);
+      site = find(h);
+      if (site == 0) site = insert(h, ips, n);
     }
   }
   capturing.fetch_sub(1, std::memory_order_seq_cst);
   t.in_capture = 0;
+  return site;
+}
+
+// Copies every site's live bytes when the process's large peak has risen
+// by more than 1/4096 since the last copy. Called on each free and shrink
+// before it takes anything off a site: at the first one after a new peak,
+// the sites' figures are still those at the peak (in a single thread
+// exactly; with several, as close as one thread's view can be).
+void maybe_snapshot() {
+  const std::uint64_t peak = stats::large_peak_now();
+  const std::uint64_t last = snap_taken_at.load(std::memory_order_relaxed);
+  if (peak <= last || peak - last <= (peak >> kSnapShift)) return;
+  if (snap_busy.exchange(true, std::memory_order_acquire)) return;
+  if (peak > snap_taken_at.load(std::memory_order_relaxed)) {
+    const std::uint64_t seq = snap_seq.load(std::memory_order_relaxed);
+    snap_seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    snap[kFullSite].store(table[kFullSite].live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    const std::uint32_t n = used_view.load(std::memory_order_acquire);
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint32_t i = order[k];
+      snap[i].store(table[i].live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    snap_taken_at.store(peak, std::memory_order_relaxed);
+    snap_seq.store(seq + 2, std::memory_order_release);
+  }
+  snap_busy.store(false, std::memory_order_release);
+}
+
+}  // namespace
+
+Sample sample_slow(std::size_t size) {
+  ThreadLocal& t = t_local;
+  // libunwind may allocate: such a nested large block gets no site.
+  if (t.in_capture || !expired(t)) return {0, 0};
+  Sample out{capture_site(t), weight_of(size)};
   if (out.site == 0) out.weight = 0;
   return out;
 }
 
-void allocated(const Sample& smp, std::size_t usable) {
+Sample grow_slow(const BlockHeader* h, const void* user, std::size_t grown) {
+  ThreadLocal& t = t_local;
+  if (t.in_capture || !expired(t)) return {0, 0};
+  // A block that has a site keeps it: no unwinding. (The header is the
+  // host's to overwrite: an id it could have garbled is checked first.)
+  std::uint32_t id = header_valid(h, user) ? h->site : 0;
+  Sample out{id != 0 && id < kSites ? id : capture_site(t), weight_of(grown)};
+  if (out.site == 0) out.weight = 0;
+  return out;
+}
+
+void allocated(BlockHeader* h, const Sample& smp, std::size_t usable) {
   if (smp.site == 0) return;
   Site& s = table[smp.site];
   s.sampled.fetch_add(1, std::memory_order_relaxed);
   s.blocks.fetch_add(smp.weight, std::memory_order_relaxed);
   std::uint64_t b = scaled(usable, smp.weight);
+  h->site_bytes = b;
   s.bytes.fetch_add(b, std::memory_order_relaxed);
   s.live_blocks.fetch_add(smp.weight, std::memory_order_relaxed);
   add_peak(s, s.live_bytes.fetch_add(b, std::memory_order_relaxed) + b);
 }
 
-void released(const BlockHeader* h, const void* user, std::size_t usable) {
-  if (!enabled.load(std::memory_order_relaxed) || !header_valid(h, user)) return;
+void released(const BlockHeader* h, const void* user, std::size_t /*usable*/) {
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  maybe_snapshot();
+  if (!header_valid(h, user)) return;
   // The header is the host's to overwrite: an id it could have garbled is
   // checked before it indexes anything.
   std::uint32_t id = h->site;
   if (id == 0 || id >= kSites) return;
   Site& s = table[id];
   s.live_blocks.fetch_sub(h->site_weight, std::memory_order_relaxed);
-  s.live_bytes.fetch_sub(scaled(usable, h->site_weight), std::memory_order_relaxed);
+  s.live_bytes.fetch_sub(h->site_bytes, std::memory_order_relaxed);
 }
 
-void resized(const BlockHeader* h, std::size_t old_usable, std::size_t new_usable, bool moved) {
-  if (!enabled.load(std::memory_order_relaxed)) return;
+bool resized(BlockHeader* h, std::size_t old_usable, std::size_t new_usable, bool moved, const Sample& grow) {
+  if (!enabled.load(std::memory_order_relaxed)) return false;
+  if (new_usable < old_usable) maybe_snapshot();
   std::uint32_t id = h->site;
-  if (id == 0 || id >= kSites) return;
+  bool got = false;
+  if (grow.site != 0 && (id == 0 || id >= kSites)) {
+    // First captured by this growth: the block stands for no other blocks
+    // (its allocation was not captured), only its growth's bytes.
+    h->site = id = grow.site;
+    h->site_weight = 0;
+    h->site_bytes = 0;
+    got = true;
+  }
+  if (id == 0 || id >= kSites) return false;
   Site& s = table[id];
-  std::uint32_t w = h->site_weight;
-  if (moved) s.remaps.fetch_add(w, std::memory_order_relaxed);
-  std::uint64_t o = scaled(old_usable, w), n = scaled(new_usable, w);
-  if (n >= o) add_peak(s, s.live_bytes.fetch_add(n - o, std::memory_order_relaxed) + (n - o));
-  else s.live_bytes.fetch_sub(o - n, std::memory_order_relaxed);
+  if (moved) s.remaps.fetch_add(h->site_weight, std::memory_order_relaxed);
+  if (new_usable > old_usable && grow.site != 0) {
+    // The new bytes only, weighted by their own chance of capture.
+    const std::uint64_t b = scaled(new_usable - old_usable, grow.weight);
+    s.sampled.fetch_add(1, std::memory_order_relaxed);
+    s.bytes.fetch_add(b, std::memory_order_relaxed);
+    h->site_bytes = add_sat(h->site_bytes, b);
+    add_peak(s, s.live_bytes.fetch_add(b, std::memory_order_relaxed) + b);
+  } else if (new_usable < old_usable && h->site_bytes != 0) {
+    // The block keeps the share of its contribution that its bytes keep.
+    __extension__ using Wide = unsigned __int128;  // site_bytes * usable may not fit 64 bits
+    const auto keep = static_cast<std::uint64_t>(static_cast<Wide>(h->site_bytes) * new_usable / old_usable);
+    s.live_bytes.fetch_sub(h->site_bytes - keep, std::memory_order_relaxed);
+    h->site_bytes = keep;
+  }
+  return got;
 }
 
 void start() {
   show = static_cast<std::uint32_t>(g.config.get(Opt::sites));
   if (show == 0) return;
   interval_bytes = g.config.get(Opt::site_sample);
-  std::size_t len = kSites * sizeof(Site) + kFramePool * sizeof(Frame) + kModules * sizeof(Module) + kStrings;
+  std::size_t len = kSites * sizeof(Site) + kSites * sizeof(std::atomic<std::uint64_t>) +
+                    kFramePool * sizeof(Frame) + kModules * sizeof(Module) + kSites * sizeof(std::uint32_t) + kStrings;
   auto* m = static_cast<char*>(pal::map_lazy(len));
   if (m == nullptr) {
     log::warn("LOWTIDE_SITES: cannot map the site table; call sites are off");
     return;
   }
   table = reinterpret_cast<Site*>(m);
-  frames = reinterpret_cast<Frame*>(m + kSites * sizeof(Site));
+  snap = reinterpret_cast<std::atomic<std::uint64_t>*>(m + kSites * sizeof(Site));
+  frames = reinterpret_cast<Frame*>(snap + kSites);
   modules = reinterpret_cast<Module*>(reinterpret_cast<char*>(frames) + kFramePool * sizeof(Frame));
-  strings = reinterpret_cast<char*>(modules + kModules);
+  order = reinterpret_cast<std::uint32_t*>(modules + kModules);
+  strings = reinterpret_cast<char*>(order + kSites);
   if (!unwind::load()) return;
   enabled.store(true, std::memory_order_release);
 }
@@ -278,12 +374,16 @@ void fork_child() {
   if (!enabled.load(std::memory_order_relaxed)) return;
   pthread_mutex_init(&mu, nullptr);
   capturing.store(0, std::memory_order_relaxed);
+  // A copy another thread was writing is left half-done: keep what it
+  // wrote, mark it whole, let the next copy overwrite it.
+  snap_busy.store(false, std::memory_order_relaxed);
+  snap_seq.store((snap_seq.load(std::memory_order_relaxed) + 1) & ~std::uint64_t{1}, std::memory_order_relaxed);
   fork_pending.store(false, std::memory_order_seq_cst);
 }
 
 std::uint64_t interval() { return interval_bytes; }
 std::uint32_t shown() { return show; }
-std::size_t count() { return used_view.load(std::memory_order_relaxed); }
+std::size_t count() { return used_view.load(std::memory_order_acquire); }
 bool table_full() { return full.load(std::memory_order_relaxed); }
 
 ModuleInfo module(std::uint32_t i) {
@@ -291,8 +391,9 @@ ModuleInfo module(std::uint32_t i) {
   return {strings + modules[i].path, modules[i].bias};
 }
 
-std::size_t read_sites(SiteRow* out, std::size_t cap) {
-  if (table == nullptr) return 0;
+namespace {
+
+std::size_t read_rows(SiteRow* out, std::size_t cap) {
   std::size_t n = 0;
   auto d = [](const std::atomic<std::uint64_t>& v) {
     return static_cast<double>(v.load(std::memory_order_relaxed)) / kWeightOne;
@@ -311,10 +412,30 @@ std::size_t read_sites(SiteRow* out, std::size_t cap) {
     r.live_bytes = static_cast<double>(static_cast<std::int64_t>(s.live_bytes.load(std::memory_order_relaxed))) / kWeightOne;
     r.peak_bytes = d(s.peak_bytes);
     r.remaps = d(s.remaps);
+    r.at_peak_bytes = static_cast<double>(snap[i].load(std::memory_order_relaxed)) / kWeightOne;
     r.nframes = i == kFullSite ? 0 : s.nframes;
     r.frames = i == kFullSite ? nullptr : frames + s.first;
   }
   return n;
 }
 
+
+}  // namespace
+
+std::size_t read_sites(SiteRow* out, std::size_t cap, AtPeak* at_peak) {
+  if (at_peak != nullptr) at_peak->taken_at = 0;
+  if (table == nullptr) return 0;
+  // The snapshot under its sequence lock: a copy being written while we read
+  // makes us read again, a bounded number of times (a report at exit, or in
+  // a process that forked mid-copy, takes what is there).
+  for (int attempt = 0;; ++attempt) {
+    const std::uint64_t seq = snap_seq.load(std::memory_order_acquire);
+    const bool stable = (seq & 1) == 0;
+    std::size_t n = read_rows(out, cap);
+    if (at_peak != nullptr) at_peak->taken_at = snap_taken_at.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((stable && snap_seq.load(std::memory_order_relaxed) == seq) || attempt == 64) return n;
+    sched_yield();
+  }
+}
 }  // namespace lowtide::sites

@@ -410,4 +410,5 @@ void fork_child() {
 namespace lowtide::stats {
 // For the invariant checks (invariants.hpp).
 std::uint64_t large_live_now() { return large_live.load(std::memory_order_relaxed); }
+std::uint64_t large_peak_now() { return large_peak.load(std::memory_order_relaxed); }
 }  // namespace lowtide::stats

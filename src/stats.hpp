@@ -85,6 +85,8 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
 // syscall anyway, so shared atomics cost nothing there).
 void large_live_add(std::size_t bytes);
 void large_live_sub(std::size_t bytes);
+std::uint64_t large_live_now();  // large live bytes now
+std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak copy)
 
 // --- reading ---------------------------------------------------------------
 

@@ -11,7 +11,7 @@ lowtide: run programs under the lowtide allocator and look at what it did.
   lowtide run [--cutoff SIZE] [--stats text|json|both] [--stats-file PATH] -- CMD ARGS...
   lowtide lib
   lowtide compare [--with glibc,jemalloc,mimalloc,tcmalloc] [--out DIR] -- CMD ARGS...
-  lowtide report [--json] FILE...
+  lowtide report [--json] [--flame OUT.svg] [--collapsed OUT.txt] [--flame-of peak|total] FILE...
   lowtide doctor [--timeout S] [-- CMD ARGS...]
   lowtide --version
 """
@@ -65,6 +65,12 @@ def parser():
                                      "process and the total.")
     rep.add_argument("files", nargs="+", metavar="FILE")
     rep.add_argument("--json", action="store_true", help="print the merged summary as JSON")
+    rep.add_argument("--flame", metavar="OUT.svg", help="also write a flame graph of the call sites (SVG)")
+    rep.add_argument("--collapsed", metavar="OUT.txt",
+                     help="also write the call sites as collapsed stacks (flamegraph.pl, speedscope)")
+    rep.add_argument("--flame-of", choices=["peak", "total"], default="peak",
+                     help="what the flame graph weighs: bytes live at the process's peak (default) "
+                          "or bytes allocated")
 
     d = sub.add_parser("doctor", help="what on this machine, and in CMD, matters to lowtide",
                        description="Print what on this machine matters to lowtide (transparent huge pages, "
@@ -129,7 +135,8 @@ def dispatch(argv, lib_candidates, build_hint, version=None):
 
     if a.cmd == "report":
         from . import report_cmd
-        return report_cmd.main(a.files, as_json=a.json)
+        return report_cmd.main(a.files, as_json=a.json, flame_svg=a.flame, collapsed_txt=a.collapsed,
+                               flame_of=a.flame_of)
     lib = locate.find_library(lib_candidates, build_hint)
     if lib is None:
         return 1

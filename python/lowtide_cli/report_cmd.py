@@ -3,7 +3,7 @@ import json
 import os
 import sys
 
-from . import reports
+from . import flame, reports
 from .units import human
 
 
@@ -74,8 +74,38 @@ def site_lines(sites, shown=10, frames=4):
     return out
 
 
-def main(paths, as_json=False):
+def write_flame(paths, flame_svg=None, collapsed_txt=None, of="peak"):
+    """--flame/--collapsed: the call sites of the usable reports among
+    paths as a flame graph (flame.py). Returns the problems, as strings."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(reports.load(path))
+        except (OSError, reports.BadReport):
+            pass  # load_and_merge names it
+    with_sites = [r for r in loaded if (r.get("sites") or {}).get("enabled")]
+    if not with_sites:
+        return ["no report has call sites (write them with LOWTIDE_SITES=N): no flame graph"]
+    try:
+        st = flame.stacks(with_sites, of)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return ["a sites object is malformed (%s): no flame graph" % e]
+    problems = []
+    for path, text in ((collapsed_txt, lambda: flame.collapsed(st)),
+                       (flame_svg, lambda: flame.svg(st, flame.title_of(with_sites, of)))):
+        if path is None:
+            continue
+        try:
+            flame.write(path, text())
+        except OSError as e:
+            problems.append("cannot write %s: %s" % (path, e))
+    return problems
+
+
+def main(paths, as_json=False, flame_svg=None, collapsed_txt=None, flame_of="peak"):
     rows, total, problems = reports.load_and_merge(paths)
+    if flame_svg is not None or collapsed_txt is not None:
+        problems = problems + write_flame(paths, flame_svg, collapsed_txt, flame_of)
     for p in problems:
         print("lowtide report: " + p, file=sys.stderr)
     if not rows:

@@ -1,7 +1,9 @@
 // Allocates large blocks from distinct named functions, so the report's
 // call-site table can be checked row by row (sites_test.py). Prints, as one
-// JSON object on stdout, what each function did: blocks, usable bytes, peak
-// live bytes, and the blocks it leaked on purpose.
+// JSON object on stdout, what each function did: blocks, usable bytes (those
+// a realloc's growth added included), peak live bytes, captures (every
+// allocation and every growth, with LOWTIDE_SITE_SAMPLE=0) and the blocks it
+// leaked on purpose.
 //
 // Usage: sites_prog named | many
 #include "lowtide_test.hpp"
@@ -16,7 +18,7 @@ namespace sitetest {
 
 struct Did {
   const char* name;
-  long blocks = 0;
+  long blocks = 0, growths = 0;
   unsigned long long bytes = 0, peak = 0, live = 0;
   std::vector<unsigned long long> leaked;
 };
@@ -91,8 +93,9 @@ __attribute__((noinline)) void* place_wall(Did* d) {
   return p;
 }
 
-// Grows one block by realloc: the site's live bytes follow the block, and
-// moves count as remaps.
+// Grows one block by realloc: the site's live bytes follow the block, each
+// growth adds its new bytes to the site's allocated bytes, and moves count
+// as remaps.
 __attribute__((noinline)) void grow_buffer(Did* d, Did* wall_did) {
   void* p = one_block(200 * 1024);
   unsigned long long u = malloc_usable_size(p);
@@ -104,7 +107,12 @@ __attribute__((noinline)) void grow_buffer(Did* d, Did* wall_did) {
     p = realloc(p, opaque(n));
     CHECK(p != nullptr);
     free(wall);
-    u = malloc_usable_size(p);
+    const unsigned long long grown = malloc_usable_size(p);
+    if (grown > u) {
+      d->bytes += grown - u;
+      d->growths += 1;
+    }
+    u = grown;
     if (u > d->peak) d->peak = u;
   }
   d->leaked.push_back(u);
@@ -115,8 +123,8 @@ void print(const std::vector<Did>& all) {
   std::printf("{\"functions\": [");
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Did& d = all[i];
-    std::printf("%s{\"name\": \"%s\", \"blocks\": %ld, \"bytes\": %llu, \"peak\": %llu, \"leaked\": [", i ? ", " : "",
-                d.name, d.blocks, d.bytes, d.peak);
+    std::printf("%s{\"name\": \"%s\", \"blocks\": %ld, \"captures\": %ld, \"bytes\": %llu, \"peak\": %llu, "
+                "\"leaked\": [", i ? ", " : "", d.name, d.blocks, d.blocks + d.growths, d.bytes, d.peak);
     for (std::size_t k = 0; k < d.leaked.size(); ++k) std::printf("%s%llu", k ? ", " : "", d.leaked[k]);
     std::printf("]}");
   }
