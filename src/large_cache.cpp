@@ -336,6 +336,16 @@ void ReuseCache::evict_for(std::size_t want) {
   give_back(out, why, n);
 }
 
+std::size_t ReuseCache::trim(std::size_t bytes, Reason why) {
+  Entry out[kSlots];
+  Reason whys[kSlots];
+  lock();
+  account_time(deps_.now_ns());
+  int n = trim_oldest(bytes, out, whys, why);
+  unlock();
+  return give_back(out, whys, n);
+}
+
 int ReuseCache::entries() const {
   auto& self = const_cast<ReuseCache&>(*this);
   self.lock();
@@ -400,6 +410,38 @@ namespace {
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
 
+// The process's demand for memory: mimalloc's committed bytes plus the
+// large blocks live. What the cache holds beyond the recent peak of demand
+// (over the last one to two decay periods) minus the demand now, and a
+// slack, goes back: freed blocks give way to the memory the process asks
+// for next (a burst of large temporaries freed, then small objects built),
+// so the cache never lifts the process above its recent peak. Only the decay
+// thread runs this; the large peak is exact (kept by every large
+// allocation), mimalloc's commit is read at each tick.
+constexpr std::size_t kDemandSlack = std::size_t{8} << 20;
+std::uint64_t demand_peak_now = 0, demand_peak_before = 0, demand_since_ns = 0;
+// mimalloc's committed bytes (small::committed), given by init: the unit
+// tests link this file without mimalloc.
+std::size_t (*small_committed_fn)() = nullptr;
+
+void trim_for_demand() {
+  const std::size_t small = small_committed_fn != nullptr ? small_committed_fn() : 0;
+  const std::uint64_t large_peak = stats::large_window_peak_take();
+  const std::uint64_t live = small + stats::large_live_now();
+  const std::uint64_t now = pal::now_ns();
+  if (age_ns(now, demand_since_ns) >= production_cache.decay_ns()) {
+    demand_peak_before = demand_peak_now;
+    demand_peak_now = 0;
+    demand_since_ns = now;
+  }
+  const std::uint64_t sampled = small + large_peak;
+  if (sampled > demand_peak_now) demand_peak_now = sampled;
+  const std::uint64_t peak = demand_peak_now > demand_peak_before ? demand_peak_now : demand_peak_before;
+  const std::size_t room = (peak > live ? peak - live : 0) + kDemandSlack;
+  const std::size_t held = production_cache.cached_bytes();
+  if (held > room) production_cache.trim(held - room, Reason::demand);
+}
+
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   constexpr std::uint64_t kSecond = 1'000'000'000;
@@ -422,7 +464,12 @@ void* decay_main(void*) {
       decay_sleeping.store(0);
     }
     limit::tick();  // the RSS sample purge's limit check reads
-    if (production_cache.cached_bytes() != 0) production_cache.purge(false);
+    if (production_cache.cached_bytes() != 0) {
+      trim_for_demand();
+      production_cache.purge(false);
+    } else {
+      (void)stats::large_window_peak_take();  // the window starts at the next tick
+    }
   }
   return nullptr;
 }
@@ -505,7 +552,8 @@ void account_returned(std::size_t bytes, Reason why) {
   }
 }
 
-void init() {
+void init(std::size_t (*small_committed)()) {
+  small_committed_fn = small_committed;
   production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u,
                              g.config.get(Opt::decay_min_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word

@@ -131,6 +131,10 @@ class ReuseCache {
   // fault, so the cache adds at most the slack to the peak.
   void evict_for(std::size_t bytes);
 
+  // Give back at least `bytes` of what is cached, oldest first, counted as
+  // `why`. Returns the bytes given back.
+  std::size_t trim(std::size_t bytes, Reason why);
+
   // While set, put() refuses everything (nothing would return it later).
   void refuse_puts(bool on) { refusing_.store(on, std::memory_order_relaxed); }
 
@@ -222,7 +226,9 @@ std::uint64_t cached_byte_seconds();
 // when it is old, and starts the decay thread the first time.
 void note_large_allocation();
 
-void init();
+// small_committed: mimalloc's committed bytes (the demand rule of the decay
+// thread); may be null.
+void init(std::size_t (*small_committed)());
 void fork_prepare();
 void fork_parent();
 void fork_child();

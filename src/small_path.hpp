@@ -46,6 +46,11 @@ inline void committed(std::size_t* now, std::size_t* peak) {
   std::size_t elapsed, user, sys, rss, peak_rss, faults;
   mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, now, peak, &faults);
 }
+inline std::size_t committed_now() {
+  std::size_t now = 0, peak = 0;
+  committed(&now, &peak);
+  return now;
+}
 
 // Up to this request size a fresh mi_malloc block's usable size is its size
 // class, which mi_good_size computes without reading the block's page
