@@ -20,6 +20,7 @@
 #include "report_file.hpp"
 #include "report_out.hpp"
 #include "report_sites.hpp"
+#include "symbolize.hpp"
 #include "route.hpp"
 #include "state.hpp"
 #include "stats.hpp"
@@ -383,6 +384,8 @@ int write_impl(const char* path, int format, const Context& ctx) {
     } else {
       new (d) Data{};
       gather(d, scratch, ctx);
+      // libdw's names for this report's frames (it mallocs: not from _exit).
+      symbolize::Session names(ctx.demangle);
       std::size_t room = 0;
       char* buf = scratch.rest(&room);
       std::size_t len = 0;

@@ -10,6 +10,8 @@
 
 #include "log.hpp"
 #include "platform.hpp"
+#include "pyframes.hpp"
+#include "symbolize.hpp"
 #include "unwind.hpp"
 
 namespace lowtide::sites {
@@ -126,7 +128,7 @@ std::uint32_t intern_module(const Where& w) {
   return nmodules++;
 }
 
-std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
+std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const pyframes::Captured& py) {
   // Which object each frame is in, looked up before taking mu:
   // _dl_find_object takes no lock and never allocates.
   Where where[kMaxFrames];
@@ -156,6 +158,7 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
         f.offset = f.module != kNoModule ? ips[i] - where[i].bias : ips[i];
       }
       frames_used += static_cast<std::uint32_t>(n);
+      pyframes::store(at, py);  // before the hash is published
       ++used;
       s.hash.store(h, std::memory_order_release);
       used_view.store(used, std::memory_order_relaxed);
@@ -195,9 +198,19 @@ Sample sample_slow(std::size_t size) {
     std::uintptr_t ips[kMaxFrames];
     int n = unwind::capture(ips, kMaxFrames);
     if (n > 0) {
+      // The Python lines above, if any, are part of the site: one C stack
+      // through the eval loop serves every line of Python.
+      pyframes::Captured py;
+      pyframes::capture(&py);
       std::uint64_t h = hash_stack(ips, n);
+      if (py.n != 0) {
+        h ^= py.hash;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        if (h < 2) h += 2;  // 0 marks an empty slot
+      }
       out.site = find(h);
-      if (out.site == 0) out.site = insert(h, ips, n);
+      if (out.site == 0) out.site = insert(h, ips, n, py);
     }
   }
   capturing.fetch_sub(1, std::memory_order_seq_cst);
@@ -255,6 +268,8 @@ void start() {
   modules = reinterpret_cast<Module*>(reinterpret_cast<char*>(frames) + kFramePool * sizeof(Frame));
   strings = reinterpret_cast<char*>(modules + kModules);
   if (!unwind::load()) return;
+  symbolize::load();  // names for static functions and file:line, if libdw.so.1 is there
+  pyframes::start(g.config.get(Opt::sites_python) == 0);
   enabled.store(true, std::memory_order_release);
 }
 
