@@ -291,6 +291,7 @@ void fork_parent() {
 }
 void fork_child() {
   if (!enabled.load(std::memory_order_relaxed)) return;
+  symbolize::fork_child();
   pthread_mutex_init(&mu, nullptr);
   capturing.store(0, std::memory_order_relaxed);
   fork_pending.store(false, std::memory_order_seq_cst);

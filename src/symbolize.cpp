@@ -222,6 +222,12 @@ Session::~Session() {
   busy.store(false, std::memory_order_release);
 }
 
+void fork_child() {
+  if (t_session) return;  // the forking thread's own Session goes on
+  dwfl = nullptr;
+  busy.store(false, std::memory_order_release);
+}
+
 void frame(const sites::Frame& f, bool demangle, Symbol* s) {
   s->module = "?";
   s->offset = f.offset;

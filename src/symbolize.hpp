@@ -46,6 +46,10 @@ class Session {
   bool owner_ = false;
 };
 
+// In a forked child: a Session another thread of the parent had open is
+// gone (its Dwfl is left, never freed: that thread was half-way through it).
+void fork_child();
+
 // The module and offset come from the capture; the function name only if the
 // module is still loaded where it was (dladdr on a dlclose'd library's old
 // address would name whatever lives there now, and the file on disk may no

@@ -5,6 +5,9 @@
 LOWTIDE_DEBS=(
   libmimalloc-dev libmimalloc2.0 meson ninja-build g++ libfmt-dev catch2
   python3 python3-numpy libunwind-dev binutils pkg-config cmake
+  # call sites' names for static functions and file:line (src/symbolize.cpp
+  # dlopens libdw.so.1; the -dev package for its header)
+  libdw-dev
   # tests/tools: lowtide compare runs every peer and draws its plot; the
   # Dask demo runs a distributed LocalCluster
   libjemalloc2 libtcmalloc-minimal4 python3-matplotlib python3-distributed
