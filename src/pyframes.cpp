@@ -26,7 +26,14 @@ namespace {
 // offsets below, from its headers), and nothing is allocated: the line from
 // PyCode_Addr2Line, the names from the code object's str fields.
 //
-// 3.12 and later: another layout, not read yet: no Python frames.
+// 3.12 and 3.13: the same in-place walk, with their layouts for the chain
+// (the thread state's current frame, each frame's previous and owner) and
+// their PyUnstable_InterpreterFrame_GetCode/GetLine for the rest. Later
+// versions: no Python frames until their layout is added here.
+//
+// Every code object met in place is checked to be one (its type is
+// PyCode_Type) before it is used: a build whose layout differs (a debug or
+// free-threaded build) yields no frames rather than garbage.
 using Obj = void*;
 struct Api {
   int (*is_initialized)();
@@ -46,6 +53,9 @@ struct Api {
   void (*err_restore)(Obj, Obj, Obj);
   void (*err_clear)();
   int (*addr2line)(Obj, int);  // PyCode_Addr2Line
+  Obj (*iframe_code)(void*);    // PyUnstable_InterpreterFrame_GetCode, 3.12+: new reference
+  int (*iframe_line)(void*);    // PyUnstable_InterpreterFrame_GetLine, 3.12+
+  void* code_type;              // &PyCode_Type
 };
 Api api{};
 bool on = false;
@@ -63,6 +73,13 @@ constexpr std::size_t kCoFilename = 112;     // PyCodeObject.co_filename
 constexpr std::size_t kCoQualname = 128;     // .co_qualname
 constexpr std::size_t kCoFirstTraceable = 168;
 constexpr std::size_t kCoCode = 184;         // .co_code_adaptive
+// 3.12 and 3.13 (internal/pycore_frame.h, cpython/pystate.h).
+int layout_new = 0;                          // 312 or 313
+constexpr std::size_t kTs312Cframe = 56;     // PyThreadState.cframe (its current_frame at 0)
+constexpr std::size_t kTs313Current = 72;    // PyThreadState.current_frame
+constexpr std::size_t kFrNewPrevious = 8;    // _PyInterpreterFrame.previous
+constexpr std::size_t kFrNewOwner = 70;      // .owner (3: a C stack's shim frame)
+constexpr std::size_t kObType = 8;           // PyObject.ob_type in a default build
 // co_qualname is 3.11+; co_name before (set at the first miss).
 std::atomic<bool> qualname_missing{false};
 
@@ -172,6 +189,9 @@ bool start(bool wanted) {
   look(self, api.err_restore, "PyErr_Restore");
   look(self, api.err_clear, "PyErr_Clear");
   look(self, api.addr2line, "PyCode_Addr2Line");
+  look(self, api.iframe_code, "PyUnstable_InterpreterFrame_GetCode");
+  look(self, api.iframe_line, "PyUnstable_InterpreterFrame_GetLine");
+  api.code_type = ::dlsym(self, "PyCode_Type");
   const char* (*version)() = nullptr;
   look(self, version, "Py_GetVersion");
   bool common = api.is_initialized && api.gil_check && api.gil_this_thread && api.current_unchecked &&
@@ -185,8 +205,11 @@ bool start(bool wanted) {
   raw38 = api.eval_frame && is("3.8.");
   // A debug build's objects have two more words in their header: another
   // layout (_Py_RefTotal exists only there).
-  layout311 = is("3.11.") && api.addr2line != nullptr && ::dlsym(self, "_Py_RefTotal") == nullptr;
-  if (!by_api && !raw38 && !layout311) return false;
+  layout311 = is("3.11.") && api.addr2line != nullptr && api.code_type != nullptr &&
+              ::dlsym(self, "_Py_RefTotal") == nullptr;
+  if (api.iframe_code != nullptr && api.iframe_line != nullptr && api.code_type != nullptr)
+    layout_new = is("3.12.") ? 312 : is("3.13.") ? 313 : 0;
+  if (!by_api && !raw38 && !layout311 && layout_new == 0) return false;
   std::size_t len = kPool + kSlots * sizeof(std::uint32_t) + sites::kSites * sizeof(SiteFrames);
   auto* m = static_cast<char*>(pal::map_lazy(len));
   if (m == nullptr) return false;
@@ -245,18 +268,38 @@ void copy_utf8(Obj o, char* dst, std::size_t cap, bool tail) {
   copy_str(o, dst, cap, tail);
 }
 
+char* word(const void* base, std::size_t off) {
+  void* v;
+  std::memcpy(&v, static_cast<const char*>(base) + off, sizeof v);
+  return static_cast<char*>(v);
+}
+
+bool is_code(const void* o) { return o != nullptr && word(o, kObType) == api.code_type; }
+
+void walk_new(Obj ts, Captured* out) {
+  char* fr = layout_new == 312 ? word(ts, kTs312Cframe) : word(ts, kTs313Current);
+  if (layout_new == 312 && fr != nullptr) fr = word(fr, 0);
+  for (int hops = 0; fr != nullptr && out->n < kMaxFrames && hops < 1024; ++hops, fr = word(fr, kFrNewPrevious)) {
+    if (fr[kFrNewOwner] == 3) continue;  // the C stack's shim: no Python code
+    // f_code (3.12) or f_executable (3.13), both at offset 0.
+    if (!is_code(word(fr, 0))) continue;
+    Obj code = api.iframe_code(fr);
+    if (code == nullptr) break;
+    auto& o = out->f[out->n];
+    o.line = api.iframe_line(fr);
+    read_code(code, o.file, o.name);
+    api.decref(code);
+    ++out->n;
+  }
+}
+
 void walk311(Obj ts, Captured* out) {
-  auto word = [](const void* base, std::size_t off) {
-    void* v;
-    std::memcpy(&v, static_cast<const char*>(base) + off, sizeof v);
-    return static_cast<char*>(v);
-  };
   char* cf = word(ts, kTsCframe);
   char* fr = cf != nullptr ? word(cf, kCfCurrent) : nullptr;
   // Bounded: a corrupt chain must not loop forever inside malloc.
   for (int hops = 0; fr != nullptr && out->n < kMaxFrames && hops < 1024; ++hops, fr = word(fr, kFrPrevious)) {
     char* code = word(fr, kFrCode);
-    if (code == nullptr) break;
+    if (!is_code(code)) break;
     char* prev = word(fr, kFrPrevInstr);
     std::ptrdiff_t lasti_bytes = prev - (code + kCoCode);
     int first;
@@ -287,6 +330,8 @@ void capture(Captured* out) {
   api.err_fetch(&et, &ev, &etb);
   if (layout311) {
     walk311(ts, out);
+  } else if (layout_new != 0) {
+    walk_new(ts, out);
   } else {
     walk_api(ts, out);
   }

@@ -90,7 +90,21 @@ def case_nogil(a, tmp):
           f"the main thread's bytearrays (GIL held) have their Python line: {[r['python'] for r in s['top']]}")
 
 
-CASES = {"static": case_static, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil}
+def case_stress(a, tmp):
+    script = os.path.join(a.src, "names_stress.py")
+    rep = os.path.join(tmp, "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="100", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
+    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    check(rc == 0 and out.strip() == "ok", f"the script ran through: status {rc}, {out!r}")
+    with open(rep) as f:
+        s = json.load(f)["sites"]
+    inner = {row["python"][0]["function"].split(".")[-1] for row in s["top"] if row["python"]}
+    for fn in ("gen", "handled", "__del__"):
+        check(fn in inner, f"a site whose innermost Python frame is {fn}: {sorted(inner)}")
+
+
+CASES = {"static": case_static, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
+         "stress": case_stress}
 
 
 def main():
