@@ -20,11 +20,11 @@
 #include "report_file.hpp"
 #include "report_out.hpp"
 #include "report_sites.hpp"
-#include "symbolize.hpp"
 #include "route.hpp"
 #include "state.hpp"
 #include "stats.hpp"
 #include "stats_table.hpp"
+#include "symbolize.hpp"
 
 namespace lowtide::report {
 

@@ -6,6 +6,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <dwarf.h>
 #include <elfutils/libdwfl.h>
 #include <link.h>
 #include <type_traits>
@@ -38,6 +39,13 @@ struct Dw {
   decltype(&::dwfl_lineinfo) lineinfo;
   decltype(&::dwfl_build_id_find_debuginfo) build_id_find_debuginfo;
   decltype(&::dwfl_standard_find_debuginfo) standard_find_debuginfo;
+  decltype(&::dwfl_module_addrdie) module_addrdie;
+  decltype(&::dwarf_getscopes) getscopes;
+  decltype(&::dwarf_tag) tag;
+  decltype(&::dwarf_attr) attr;
+  decltype(&::dwarf_formudata) formudata;
+  decltype(&::dwarf_getsrcfiles) getsrcfiles;
+  decltype(&::dwarf_filesrc) filesrc;
 };
 Dw dw{};
 bool have_dw = false;
@@ -151,6 +159,36 @@ void set_function(Symbol* s, const char* name, bool demangle) {
   copy_name(s->function, sizeof s->function, name);
 }
 
+// Where the address is inlined code, the line table names the innermost
+// inlined function's line (PyMem_Realloc's, inside PyByteArray_Resize): the
+// line of the named function is the outermost inlined call's call site.
+// false when the address is not in inlined code (or there is no DWARF).
+bool call_site_line(Dwfl_Module* m, std::uintptr_t at, Symbol* s) {
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dw.module_addrdie(m, at, &bias);
+  if (cu == nullptr) return false;
+  Dwarf_Die* scopes = nullptr;
+  int n = dw.getscopes(cu, at - bias, &scopes);
+  bool found = false;
+  for (int i = n - 1; i >= 0 && !found; --i) {
+    if (dw.tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+    Dwarf_Attribute a;
+    Dwarf_Word file = 0, line = 0;
+    if (dw.attr(&scopes[i], DW_AT_call_file, &a) == nullptr || dw.formudata(&a, &file) != 0) break;
+    if (dw.attr(&scopes[i], DW_AT_call_line, &a) == nullptr || dw.formudata(&a, &line) != 0 || line == 0) break;
+    Dwarf_Files* files = nullptr;
+    std::size_t nfiles = 0;
+    if (dw.getsrcfiles(cu, &files, &nfiles) != 0 || file >= nfiles) break;
+    const char* name = dw.filesrc(files, file, nullptr, nullptr);
+    if (name == nullptr || line > INT32_MAX) break;
+    copy_name(s->file, sizeof s->file, name);
+    s->line = static_cast<int>(line);
+    found = true;
+  }
+  std::free(scopes);
+  return found;
+}
+
 // libdw's answer for the address: function (from .symtab or .dynsym) and,
 // with DWARF, file:line. false when it has no function name.
 bool from_libdw(const sites::Frame& f, std::uintptr_t at, const char* path, std::uintptr_t bias,
@@ -164,12 +202,14 @@ bool from_libdw(const sites::Frame& f, std::uintptr_t at, const char* path, std:
   if (name == nullptr || name[0] == '\0') return false;
   set_function(s, name, demangle);
   s->function_offset = off + 1;  // of the return address, as dladdr's
-  if (Dwfl_Line* line = dw.module_getsrc(m, at); line != nullptr) {
-    int ln = 0;
-    const char* file = dw.lineinfo(line, nullptr, &ln, nullptr, nullptr, nullptr);
-    if (file != nullptr && ln > 0) {
-      copy_name(s->file, sizeof s->file, file);
-      s->line = ln;
+  if (!call_site_line(m, at, s)) {
+    if (Dwfl_Line* line = dw.module_getsrc(m, at); line != nullptr) {
+      int ln = 0;
+      const char* file = dw.lineinfo(line, nullptr, &ln, nullptr, nullptr, nullptr);
+      if (file != nullptr && ln > 0) {
+        copy_name(s->file, sizeof s->file, file);
+        s->line = ln;
+      }
     }
   }
   return true;
@@ -199,6 +239,13 @@ bool load() {
   get(d.lineinfo, "dwfl_lineinfo");
   get(d.build_id_find_debuginfo, "dwfl_build_id_find_debuginfo");
   get(d.standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+  get(d.module_addrdie, "dwfl_module_addrdie");
+  get(d.getscopes, "dwarf_getscopes");
+  get(d.tag, "dwarf_tag");
+  get(d.attr, "dwarf_attr");
+  get(d.formudata, "dwarf_formudata");
+  get(d.getsrcfiles, "dwarf_getsrcfiles");
+  get(d.filesrc, "dwarf_filesrc");
   if (!ok) return false;
   dw = d;
   have_dw = true;

@@ -22,7 +22,20 @@ __attribute__((visibility("hidden"), noinline)) void* hidden_alloc(std::size_t n
   return p;
 }
 
+// Inlined into outer_alloc: the line table says the malloc call is on the
+// inner line; the frame, named outer_alloc, is at the line that calls it.
+__attribute__((always_inline)) inline void* inner_alloc(std::size_t n) {
+  return std::malloc(n);  // MALLOC-INNER
+}
+
+__attribute__((visibility("hidden"), noinline)) void* outer_alloc(std::size_t n) {
+  void* p = inner_alloc(n);  // MALLOC-OUTER
+  if (p != nullptr) std::memset(p, 3, 64);
+  return p;
+}
+
 extern "C" __attribute__((visibility("default"))) void names_run(void** out) {
   out[0] = static_alloc(std::size_t{1} << 20);
   out[1] = hidden_alloc(std::size_t{3} << 20);
+  out[2] = outer_alloc(std::size_t{5} << 20);
 }

@@ -1,4 +1,4 @@
-// Allocates through names_lib's static and hidden functions, keeps the
+// Allocates through names_lib's static, hidden and inlining functions, keeps the
 // blocks to exit (they show as live), and exits 0.
 #include <cstdio>
 #include <unistd.h>
@@ -7,8 +7,8 @@ extern "C" void names_run(void** out);
 
 int main() {
   alarm(60);
-  void* blocks[2];
+  void* blocks[3];
   names_run(blocks);
-  std::printf("%d\n", blocks[0] != nullptr && blocks[1] != nullptr);
+  std::printf("%d\n", blocks[0] != nullptr && blocks[1] != nullptr && blocks[2] != nullptr);
   return 0;
 }

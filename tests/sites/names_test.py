@@ -42,7 +42,8 @@ def run_report(argv, tmp, **extra):
 
 def case_static(a, tmp):
     src = os.path.join(a.src, "names_lib.cpp")
-    want = {"static_alloc": marker_line(src, "MALLOC-STATIC"), "hidden_alloc": marker_line(src, "MALLOC-HIDDEN")}
+    want = {"static_alloc": marker_line(src, "MALLOC-STATIC"), "hidden_alloc": marker_line(src, "MALLOC-HIDDEN"),
+            "outer_alloc": marker_line(src, "MALLOC-OUTER")}
     text, s = run_report([a.prog], tmp, lib=a.lib)
     for fn, line in want.items():
         hits = [fr for row in s["top"] for fr in row["frames"][:1]
