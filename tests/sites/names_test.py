@@ -57,6 +57,16 @@ def case_static(a, tmp):
         check(f"names_lib.cpp:{line}" in text and fn in text, f"{fn}: names_lib.cpp:{line} in the text report")
 
 
+def case_exit(a, tmp):
+    """From _exit (maybe in a signal handler that interrupted malloc) libdw,
+    which allocates, is not used: the static and hidden functions have no
+    name, while the report is written all the same."""
+    _, s = run_report([a.prog, "_exit"], tmp, lib=a.lib)
+    mine = [row["frames"][0] for row in s["top"] if row["frames"] and row["frames"][0]["module"].endswith("libnames_lib.so")]
+    check(len(mine) == 3, f"three sites in libnames_lib.so: {mine}")
+    check(all(fr["function"] is None and fr["line"] is None for fr in mine), f"no libdw names from _exit: {mine}")
+
+
 def py_rows(s, path):
     return [row for row in s["top"] if row["python"] and row["python"][0]["file"] == path]
 
@@ -104,7 +114,7 @@ def case_stress(a, tmp):
         check(fn in inner, f"a site whose innermost Python frame is {fn}: {sorted(inner)}")
 
 
-CASES = {"static": case_static, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
+CASES = {"static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
          "stress": case_stress}
 
 
