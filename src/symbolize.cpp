@@ -73,7 +73,11 @@ int find_debuginfo(Dwfl_Module* mod, void** user, const char* name, Dwarf_Addr b
   return dw.standard_find_debuginfo(mod, user, name, base, file, link, crc, found);
 }
 
-const Dwfl_Callbacks callbacks = {nullptr, find_debuginfo, nullptr, &debuginfo_path};
+// Every module is reported with its file (dwfl_report_elf): there is never
+// another file to find, and nothing is looked up elsewhere.
+int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr, char**, Elf**) { return -1; }
+
+const Dwfl_Callbacks callbacks = {find_elf, find_debuginfo, nullptr, &debuginfo_path};
 
 // The GNU build ID of a loaded object, read from its notes in memory (the
 // first PT_LOAD maps the ELF header and program headers, as every linker
