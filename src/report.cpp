@@ -24,6 +24,7 @@
 #include "state.hpp"
 #include "stats.hpp"
 #include "stats_table.hpp"
+#include "symbolize.hpp"
 
 namespace lowtide::report {
 
@@ -391,6 +392,8 @@ int write_impl(const char* path, int format, const Context& ctx) {
     } else {
       new (d) Data{};
       gather(d, scratch, ctx);
+      // libdw's names for this report's frames (it mallocs: not from _exit).
+      symbolize::Session names(ctx.demangle);
       std::size_t room = 0;
       char* buf = scratch.rest(&room);
       std::size_t len = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "large_space.hpp"
+#include "pyframes.hpp"
 #include "state.hpp"
 #include "stats.hpp"
 #include "symbolize.hpp"
@@ -22,7 +23,8 @@ void frame_text(report::Out& o, const sites::Frame& f, bool demangle) {
   symbolize::Symbol s;
   symbolize::frame(f, demangle, &s);
   if (s.function[0] == '\0') o.put("{}+{:#x}", s.module, s.offset);
-  else o.put("{}+{:#x}  ({}+{:#x})", s.function, s.function_offset, s.module, s.offset);
+  else if (s.line == 0) o.put("{}+{:#x}  ({}+{:#x})", s.function, s.function_offset, s.module, s.offset);
+  else o.put("{}+{:#x} at {}:{}  ({}+{:#x})", s.function, s.function_offset, s.file, s.line, s.module, s.offset);
 }
 
 const sites::SiteRow* find_row(const Data& d, std::uint32_t id) {
@@ -134,6 +136,9 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
           r.id, Human(r.peak_bytes), Human(r.live_bytes), r.live_blocks, r.blocks, Human(r.bytes), r.remaps,
           r.sampled, Human(r.at_peak_bytes));
     if (r.id == sites::kFullSite) o.put("    (stacks seen after the site table filled up)\n");
+    pyframes::Frame py[pyframes::kMaxFrames];
+    for (int i = 0, n = pyframes::frames(r.id, py, pyframes::kMaxFrames); i < n; ++i)
+      o.put("    py  {} at {}:{}\n", py[i].name, py[i].file, py[i].line);
     for (std::uint32_t i = 0; i < r.nframes && i < kTextFrames; ++i) {
       o.put("    #{:<2} ", i);
       frame_text(o, r.frames[i], demangle);
@@ -153,6 +158,8 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
     o.put("{:>8}{:>12}  ", grp.blocks, Human(static_cast<double>(grp.bytes)));
     if (grp.site == 0) o.put("(not sampled, or allocated before start-up)");
     else if (grp.site == sites::kFullSite) o.put("(site table full)");
+    else if (pyframes::Frame py; pyframes::frames(grp.site, &py, 1) == 1)
+      o.put("{} at {}:{} (Python)", py.name, py.file, py.line);
     else if (const sites::SiteRow* r = find_row(d, grp.site); r != nullptr && r->nframes != 0)
       frame_text(o, r->frames[0], demangle);
     else o.put("?");
@@ -186,9 +193,18 @@ void json(report::Out& o, const Data& d, bool demangle) {
   for (std::size_t k = 0; k < d.top; ++k) {
     const sites::SiteRow& r = d.all[k];
     o.put("{}\n  {{\"id\": {}, \"captured\": {}, \"blocks\": {}, \"bytes\": {}, \"live_blocks\": {}, "
-          "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"at_peak_bytes\": {}, \"remaps\": {}, \"frames\": [",
+          "\"live_bytes\": {}, \"peak_live_bytes\": {}, \"at_peak_bytes\": {}, \"remaps\": {}, \"python\": [",
           k == 0 ? "" : ",", r.id, r.sampled, r0(r.blocks), r0(r.bytes), r0(r.live_blocks), r0(r.live_bytes),
           r0(r.peak_bytes), r0(r.at_peak_bytes), r0(r.remaps));
+    pyframes::Frame py[pyframes::kMaxFrames];
+    for (int i = 0, n = pyframes::frames(r.id, py, pyframes::kMaxFrames); i < n; ++i) {
+      o.put("{}{{\"file\": ", i == 0 ? "" : ", ");
+      o.json_string(py[i].file);
+      o.put(", \"line\": {}, \"function\": ", py[i].line);
+      o.json_string(py[i].name);
+      o.raw("}", 1);
+    }
+    o.put("], \"frames\": [");
     for (std::uint32_t i = 0; i < r.nframes; ++i) {
       symbolize::Symbol s;
       symbolize::frame(r.frames[i], demangle, &s);
@@ -196,10 +212,15 @@ void json(report::Out& o, const Data& d, bool demangle) {
       o.json_string(s.module);
       o.put(", \"offset\": {}, \"function\": ", s.offset);
       if (s.function[0] == '\0') {
-        o.put("null, \"function_offset\": null}}");
+        o.put("null, \"function_offset\": null, \"file\": null, \"line\": null}}");
       } else {
         o.json_string(s.function);
-        o.put(", \"function_offset\": {}}}", s.function_offset);
+        o.put(", \"function_offset\": {}, \"file\": ", s.function_offset);
+        if (s.line == 0) o.put("null, \"line\": null}}");
+        else {
+          o.json_string(s.file);
+          o.put(", \"line\": {}}}", s.line);
+        }
       }
     }
     o.put("]}}");

@@ -11,6 +11,8 @@
 #include "log.hpp"
 #include "platform.hpp"
 #include "stats.hpp"
+#include "pyframes.hpp"
+#include "symbolize.hpp"
 #include "unwind.hpp"
 
 namespace lowtide::sites {
@@ -146,7 +148,7 @@ std::uint32_t intern_module(const Where& w) {
   return nmodules++;
 }
 
-std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
+std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const pyframes::Captured& py) {
   // Which object each frame is in, looked up before taking mu:
   // _dl_find_object takes no lock and never allocates.
   Where where[kMaxFrames];
@@ -176,6 +178,7 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n) {
         f.offset = f.module != kNoModule ? ips[i] - where[i].bias : ips[i];
       }
       frames_used += static_cast<std::uint32_t>(n);
+      pyframes::store(at, py);  // before the hash is published
       order[used++] = at;
       s.hash.store(h, std::memory_order_release);
       used_view.store(used, std::memory_order_release);
@@ -217,9 +220,19 @@ std::uint32_t capture_site(ThreadLocal& t) {
     std::uintptr_t ips[kMaxFrames];
     int n = unwind::capture(ips, kMaxFrames);
     if (n > 0) {
+      // The Python lines above, if any, are part of the site: one C stack
+      // through the eval loop serves every line of Python.
+      pyframes::Captured py;
+      pyframes::capture(&py);
       std::uint64_t h = hash_stack(ips, n);
+      if (py.n != 0) {
+        h ^= py.hash;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        if (h < 2) h += 2;  // 0 marks an empty slot
+      }
       site = find(h);
-      if (site == 0) site = insert(h, ips, n);
+      if (site == 0) site = insert(h, ips, n, py);
     }
   }
   capturing.fetch_sub(1, std::memory_order_seq_cst);
@@ -351,6 +364,8 @@ void start() {
   order = reinterpret_cast<std::uint32_t*>(modules + kModules);
   strings = reinterpret_cast<char*>(order + kSites);
   if (!unwind::load()) return;
+  symbolize::load();  // names for static functions and file:line, if libdw.so.1 is there
+  pyframes::start(g.config.get(Opt::sites_python) == 0);
   enabled.store(true, std::memory_order_release);
 }
 
@@ -372,6 +387,7 @@ void fork_parent() {
 }
 void fork_child() {
   if (!enabled.load(std::memory_order_relaxed)) return;
+  symbolize::fork_child();
   pthread_mutex_init(&mu, nullptr);
   capturing.store(0, std::memory_order_relaxed);
   // A copy another thread was writing is left half-done: keep what it

@@ -1,46 +1,158 @@
 #include "symbolize.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <dwarf.h>
+#include <elfutils/libdwfl.h>
 #include <link.h>
+#include <type_traits>
 
 #include "unwind.hpp"
 
 namespace lowtide::symbolize {
 
 namespace {
+
 void copy_name(char* dst, std::size_t cap, const char* src) {
   std::size_t n = std::strlen(src);
   if (n >= cap) n = cap - 1;
   std::memcpy(dst, src, n);
   dst[n] = '\0';
 }
-}  // namespace
 
-void frame(const sites::Frame& f, bool demangle, Symbol* s) {
-  s->module = "?";
-  s->offset = f.offset;
-  s->function[0] = '\0';
-  s->function_offset = 0;
-  sites::ModuleInfo m = sites::module(f.module);
-  if (m.path == nullptr) return;
-  s->module = m.path;
-  // Return addresses point after the call: look up the byte before, which
-  // is still inside the calling function (a call may be its last insn).
-  void* at = reinterpret_cast<void*>(f.ip - 1);
-  dl_find_object r;
-  if (::_dl_find_object(at, &r) != 0 || r.dlfo_link_map == nullptr) return;
-  const link_map* lm = r.dlfo_link_map;
-  const char* now = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path();
-  if (lm->l_addr != m.bias || std::strcmp(now, m.path) != 0) return;
-  Dl_info info;
-  if (::dladdr(at, &info) == 0 || info.dli_sname == nullptr) return;
-  s->function_offset = f.ip - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
+// libdw's entry points, looked up in the privately loaded library (only the
+// header's types are used at build time: nothing links against libdw).
+struct Dw {
+  decltype(&::dwfl_begin) begin;
+  decltype(&::dwfl_end) end;
+  decltype(&::dwfl_report_begin_add) report_begin_add;
+  decltype(&::dwfl_report_elf) report_elf;
+  decltype(&::dwfl_report_end) report_end;
+  decltype(&::dwfl_module_getelf) module_getelf;
+  decltype(&::dwfl_module_build_id) module_build_id;
+  decltype(&::dwfl_module_addrinfo) module_addrinfo;
+  decltype(&::dwfl_module_getsrc) module_getsrc;
+  decltype(&::dwfl_lineinfo) lineinfo;
+  decltype(&::dwfl_build_id_find_debuginfo) build_id_find_debuginfo;
+  decltype(&::dwfl_standard_find_debuginfo) standard_find_debuginfo;
+  decltype(&::dwfl_module_addrdie) module_addrdie;
+  decltype(&::dwarf_getscopes) getscopes;
+  decltype(&::dwarf_tag) tag;
+  decltype(&::dwarf_attr) attr;
+  decltype(&::dwarf_formudata) formudata;
+  decltype(&::dwarf_getsrcfiles) getsrcfiles;
+  decltype(&::dwarf_filesrc) filesrc;
+};
+Dw dw{};
+bool have_dw = false;
+
+// The Session's state: one at a time (busy), used only by its own thread.
+constexpr std::uint32_t kCached = 1024;  // modules with a cached answer (sites' table holds as many)
+enum : std::uint8_t { kUntried = 0, kReady = 1, kFailed = 2 };
+std::atomic<bool> busy{false};
+thread_local bool t_session = false;
+Dwfl* dwfl = nullptr;
+bool dwfl_failed = false;
+Dwfl_Module* mods[kCached];
+std::uint8_t mod_state[kCached];
+char* debuginfo_path = nullptr;  // libdw's default search path
+
+// Separate debug files by build ID (/usr/lib/debug/.build-id) and, unless a
+// debuginfod server is configured, by .gnu_debuglink name too: the standard
+// search would then ask the network, from inside someone's exiting process.
+int find_debuginfo(Dwfl_Module* mod, void** user, const char* name, Dwarf_Addr base, const char* file,
+                   const char* link, GElf_Word crc, char** found) {
+  int fd = dw.build_id_find_debuginfo(mod, user, name, base, file, link, crc, found);
+  if (fd >= 0) return fd;
+  const char* urls = std::getenv("DEBUGINFOD_URLS");
+  if (urls != nullptr && urls[0] != '\0') return -1;
+  return dw.standard_find_debuginfo(mod, user, name, base, file, link, crc, found);
+}
+
+// Every module is reported with its file (dwfl_report_elf): there is never
+// another file to find, and nothing is looked up elsewhere.
+int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr, char**, Elf**) { return -1; }
+
+const Dwfl_Callbacks callbacks = {find_elf, find_debuginfo, nullptr, &debuginfo_path};
+
+// The GNU build ID of a loaded object, read from its notes in memory (the
+// first PT_LOAD maps the ELF header and program headers, as every linker
+// lays them out; anything else is refused). Plain reads of mapped, readable
+// pages: no lock, no allocation.
+bool memory_build_id(const dl_find_object& r, const unsigned char** bits, std::size_t* len) {
+  auto lo = reinterpret_cast<std::uintptr_t>(r.dlfo_map_start);
+  auto hi = reinterpret_cast<std::uintptr_t>(r.dlfo_map_end);
+  if (hi - lo < sizeof(ElfW(Ehdr))) return false;
+  const auto* eh = reinterpret_cast<const ElfW(Ehdr)*>(lo);
+  if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) return false;
+  if (eh->e_phoff > hi - lo || eh->e_phnum > (hi - lo - eh->e_phoff) / sizeof(ElfW(Phdr))) return false;
+  const auto* ph = reinterpret_cast<const ElfW(Phdr)*>(lo + eh->e_phoff);
+  const std::uintptr_t bias = r.dlfo_link_map->l_addr;
+  for (unsigned i = 0; i < eh->e_phnum; ++i) {
+    if (ph[i].p_type != PT_NOTE) continue;
+    std::uintptr_t p = bias + ph[i].p_vaddr, end = p + ph[i].p_memsz;
+    if (p < lo || end > hi || end < p) continue;
+    while (end - p >= sizeof(ElfW(Nhdr))) {
+      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      std::uintptr_t name = p + sizeof *n;
+      std::uintptr_t desc = name + ((n->n_namesz + 3u) & ~std::uintptr_t{3});
+      std::uintptr_t next = desc + ((n->n_descsz + 3u) & ~std::uintptr_t{3});
+      if (next > end || next <= p) break;
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(reinterpret_cast<const char*>(name), "GNU", 4) == 0) {
+        *bits = reinterpret_cast<const unsigned char*>(desc);
+        *len = n->n_descsz;
+        return true;
+      }
+      p = next;
+    }
+  }
+  *bits = nullptr;
+  *len = 0;
+  return true;  // a valid object without a build ID
+}
+
+// The module for sites' module index i, reported to the Session's Dwfl at
+// its real load bias (it is loaded there now: checked by the caller), or
+// nullptr. The file's build ID must be the one in memory: a library
+// upgraded on disk while the process runs is not the code that ran.
+Dwfl_Module* module_for(std::uint32_t i, const char* path, std::uintptr_t bias, const dl_find_object& r) {
+  if (i < kCached && mod_state[i] != kUntried) return mod_state[i] == kReady ? mods[i] : nullptr;
+  Dwfl_Module* m = nullptr;
+  const unsigned char* want = nullptr;
+  std::size_t want_len = 0;
+  if (dwfl == nullptr && !dwfl_failed) {
+    dwfl = dw.begin(&callbacks);
+    dwfl_failed = dwfl == nullptr;
+  }
+  if (dwfl != nullptr && memory_build_id(r, &want, &want_len)) {
+    dw.report_begin_add(dwfl);
+    m = dw.report_elf(dwfl, path, path, -1, bias, false);
+    dw.report_end(dwfl, nullptr, nullptr);
+    if (m != nullptr) {
+      Dwarf_Addr elf_bias = 0;
+      const unsigned char* have = nullptr;
+      GElf_Addr at = 0;
+      int have_len = dw.module_getelf(m, &elf_bias) != nullptr ? dw.module_build_id(m, &have, &at) : -1;
+      bool same = have_len >= 0 && static_cast<std::size_t>(have_len) == want_len &&
+                  (want_len == 0 || std::memcmp(have, want, want_len) == 0);
+      if (!same) m = nullptr;  // stays reported, never asked
+    }
+  }
+  if (i < kCached) {
+    mods[i] = m;
+    mod_state[i] = m != nullptr ? kReady : kFailed;
+  }
+  return m;
+}
+
+void set_function(Symbol* s, const char* name, bool demangle) {
   if (demangle) {
     int status = 0;
-    char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
     if (status == 0 && d != nullptr) {
       copy_name(s->function, sizeof s->function, d);
       std::free(d);
@@ -48,7 +160,148 @@ void frame(const sites::Frame& f, bool demangle, Symbol* s) {
     }
     std::free(d);
   }
-  copy_name(s->function, sizeof s->function, info.dli_sname);
+  copy_name(s->function, sizeof s->function, name);
+}
+
+// Where the address is inlined code, the line table names the innermost
+// inlined function's line (PyMem_Realloc's, inside PyByteArray_Resize): the
+// line of the named function is the outermost inlined call's call site.
+// false when the address is not in inlined code (or there is no DWARF).
+bool call_site_line(Dwfl_Module* m, std::uintptr_t at, Symbol* s) {
+  Dwarf_Addr bias = 0;
+  Dwarf_Die* cu = dw.module_addrdie(m, at, &bias);
+  if (cu == nullptr) return false;
+  Dwarf_Die* scopes = nullptr;
+  int n = dw.getscopes(cu, at - bias, &scopes);
+  bool found = false;
+  for (int i = n - 1; i >= 0 && !found; --i) {
+    if (dw.tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+    Dwarf_Attribute a;
+    Dwarf_Word file = 0, line = 0;
+    if (dw.attr(&scopes[i], DW_AT_call_file, &a) == nullptr || dw.formudata(&a, &file) != 0) break;
+    if (dw.attr(&scopes[i], DW_AT_call_line, &a) == nullptr || dw.formudata(&a, &line) != 0 || line == 0) break;
+    Dwarf_Files* files = nullptr;
+    std::size_t nfiles = 0;
+    if (dw.getsrcfiles(cu, &files, &nfiles) != 0 || file >= nfiles) break;
+    const char* name = dw.filesrc(files, file, nullptr, nullptr);
+    if (name == nullptr || line > INT32_MAX) break;
+    copy_name(s->file, sizeof s->file, name);
+    s->line = static_cast<int>(line);
+    found = true;
+  }
+  std::free(scopes);
+  return found;
+}
+
+// libdw's answer for the address: function (from .symtab or .dynsym) and,
+// with DWARF, file:line. false when it has no function name.
+bool from_libdw(const sites::Frame& f, std::uintptr_t at, const char* path, std::uintptr_t bias,
+                const dl_find_object& r, bool demangle, Symbol* s) {
+  if (!have_dw || !t_session) return false;
+  Dwfl_Module* m = module_for(f.module, path, bias, r);
+  if (m == nullptr) return false;
+  GElf_Off off = 0;
+  GElf_Sym sym;
+  const char* name = dw.module_addrinfo(m, at, &off, &sym, nullptr, nullptr, nullptr);
+  if (name == nullptr || name[0] == '\0') return false;
+  set_function(s, name, demangle);
+  s->function_offset = off + 1;  // of the return address, as dladdr's
+  if (!call_site_line(m, at, s)) {
+    if (Dwfl_Line* line = dw.module_getsrc(m, at); line != nullptr) {
+      int ln = 0;
+      const char* file = dw.lineinfo(line, nullptr, &ln, nullptr, nullptr, nullptr);
+      if (file != nullptr && ln > 0) {
+        copy_name(s->file, sizeof s->file, file);
+        s->line = ln;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool load() {
+  void* h = ::dlopen("libdw.so.1", RTLD_LOCAL | RTLD_NOW);
+  if (h == nullptr) return false;
+  Dw d{};
+  bool ok = true;
+  auto get = [&](auto& fn, const char* name) {
+    void* p = ::dlsym(h, name);
+    ok = ok && p != nullptr;
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+  };
+  get(d.begin, "dwfl_begin");
+  get(d.end, "dwfl_end");
+  get(d.report_begin_add, "dwfl_report_begin_add");
+  get(d.report_elf, "dwfl_report_elf");
+  get(d.report_end, "dwfl_report_end");
+  get(d.module_getelf, "dwfl_module_getelf");
+  get(d.module_build_id, "dwfl_module_build_id");
+  get(d.module_addrinfo, "dwfl_module_addrinfo");
+  get(d.module_getsrc, "dwfl_module_getsrc");
+  get(d.lineinfo, "dwfl_lineinfo");
+  get(d.build_id_find_debuginfo, "dwfl_build_id_find_debuginfo");
+  get(d.standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+  get(d.module_addrdie, "dwfl_module_addrdie");
+  get(d.getscopes, "dwarf_getscopes");
+  get(d.tag, "dwarf_tag");
+  get(d.attr, "dwarf_attr");
+  get(d.formudata, "dwarf_formudata");
+  get(d.getsrcfiles, "dwarf_getsrcfiles");
+  get(d.filesrc, "dwarf_filesrc");
+  if (!ok) return false;
+  dw = d;
+  have_dw = true;
+  return true;
+}
+
+Session::Session(bool allowed) {
+  if (!allowed || !have_dw || busy.exchange(true, std::memory_order_acquire)) return;
+  owner_ = true;
+  t_session = true;
+  dwfl = nullptr;
+  dwfl_failed = false;
+  std::memset(mod_state, 0, sizeof mod_state);
+}
+
+Session::~Session() {
+  if (!owner_) return;
+  if (dwfl != nullptr) dw.end(dwfl);
+  dwfl = nullptr;
+  t_session = false;
+  busy.store(false, std::memory_order_release);
+}
+
+void fork_child() {
+  if (t_session) return;  // the forking thread's own Session goes on
+  dwfl = nullptr;
+  busy.store(false, std::memory_order_release);
+}
+
+void frame(const sites::Frame& f, bool demangle, Symbol* s) {
+  s->module = "?";
+  s->offset = f.offset;
+  s->function[0] = '\0';
+  s->function_offset = 0;
+  s->file[0] = '\0';
+  s->line = 0;
+  sites::ModuleInfo m = sites::module(f.module);
+  if (m.path == nullptr) return;
+  s->module = m.path;
+  // Return addresses point after the call: look up the byte before, which
+  // is still inside the calling function (a call may be its last insn).
+  std::uintptr_t at = f.ip - 1;
+  dl_find_object r;
+  if (::_dl_find_object(reinterpret_cast<void*>(at), &r) != 0 || r.dlfo_link_map == nullptr) return;
+  const link_map* lm = r.dlfo_link_map;
+  const char* now = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path();
+  if (lm->l_addr != m.bias || std::strcmp(now, m.path) != 0) return;
+  if (from_libdw(f, at, m.path, m.bias, r, demangle, s)) return;
+  Dl_info info;
+  if (::dladdr(reinterpret_cast<void*>(at), &info) == 0 || info.dli_sname == nullptr) return;
+  s->function_offset = f.ip - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
+  set_function(s, info.dli_sname, demangle);
 }
 
 }  // namespace lowtide::symbolize

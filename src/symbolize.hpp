@@ -1,7 +1,13 @@
-// Names for captured return addresses, at report time. Never allocates
-// unless asked to demangle (__cxa_demangle mallocs): a report written where
-// malloc must not be entered (an _exit from a signal handler) shows the
-// mangled name.
+// Names for captured return addresses, at report time.
+//
+// Two sources. The loader's (dladdr: the dynamic symbol table, exported
+// functions only) never allocates. elfutils' libdw names static and hidden
+// functions too, from .symtab and DWARF (with file:line where debug info is
+// installed, in the object or under /usr/lib/debug), but allocates and opens
+// files: it is used only inside a Session that was allowed to (not from
+// _exit, which may run in a signal handler that interrupted malloc), and
+// only if libdw.so.1 could be dlopen'ed at start-up (load()); otherwise the
+// loader's names, or module+offset, as before.
 #pragma once
 #include <cstdint>
 
@@ -14,11 +20,41 @@ struct Symbol {
   std::uint64_t offset;  // ip - the module's load bias: `addr2line -e module offset`
   char function[512];    // demangled when allowed; empty when unknown
   std::uint64_t function_offset;
+  char file[512];        // source file from DWARF; empty when unknown
+  int line;              // 0 when unknown
 };
+
+// Start-up, from sites::start (lowtide's constructor, never inside malloc:
+// dlopen takes the loader's lock). Loads libdw.so.1 privately (RTLD_LOCAL:
+// its symbols stay out of the host's scope); false when it cannot be had,
+// silently: names then come from the loader, as without it.
+bool load();
+
+// One report's use of libdw: the Dwfl (the files opened, their symbol
+// tables and line tables read) is built as frames ask for it and freed when
+// the Session ends. allowed: the caller may enter malloc and open files.
+// One Session at a time process-wide; a report that finds another running
+// (two threads writing reports) uses the loader's names.
+class Session {
+ public:
+  explicit Session(bool allowed);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+// In a forked child: a Session another thread of the parent had open is
+// gone (its Dwfl is left, never freed: that thread was half-way through it).
+void fork_child();
 
 // The module and offset come from the capture; the function name only if the
 // module is still loaded where it was (dladdr on a dlclose'd library's old
-// address would name whatever lives there now).
+// address would name whatever lives there now, and the file on disk may no
+// longer be what was loaded: libdw's answer is used only when the file's
+// build ID matches the one in memory).
 void frame(const sites::Frame& f, bool demangle, Symbol* out);
 
 }  // namespace lowtide::symbolize

@@ -67,6 +67,8 @@ def site_lines(sites, shown=10, frames=4):
                    % (i, human(m["peak_live_bytes_sum"]), human(m["peak_live_bytes_max"]), m["blocks"],
                       human(m["bytes"]), human(m["live_bytes"]), m["processes"],
                       "" if m["processes"] == 1 else "es"))
+        for p in m.get("python", []):
+            out.append("        py  %s at %s:%d" % (p["function"], p["file"], p["line"]))
         for f in m["frames"][:frames]:
             out.append("        " + frame_text(f))
         if len(m["frames"]) > frames:

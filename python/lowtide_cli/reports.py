@@ -96,8 +96,11 @@ SITE_SUMS = ("captured", "blocks", "bytes", "live_blocks", "live_bytes", "remaps
 
 def site_key(site):
     """A stack as the same code in another process of the same program has
-    it: module and module-relative offset of each frame."""
-    return tuple((f["module"], f["offset"]) for f in site["frames"])
+    it: module and module-relative offset of each frame, and the Python
+    frames (file, line, function) when the report has them: one C stack
+    through the interpreter serves many Python lines, each its own site."""
+    return (tuple((f["module"], f["offset"]) for f in site["frames"]),
+            tuple((p["file"], p["line"], p["function"]) for p in site.get("python", ())))
 
 
 def merge_sites(reports):
@@ -114,6 +117,7 @@ def merge_sites(reports):
             m = merged.get(site_key(site))
             if m is None:
                 m = merged[site_key(site)] = dict({k: 0 for k in SITE_SUMS}, frames=site["frames"], processes=0,
+                                                  python=site.get("python", []),
                                                   peak_live_bytes_max=0, peak_live_bytes_sum=0)
             m["processes"] += 1
             for k in SITE_SUMS:

@@ -8,6 +8,9 @@
 
 LOWTIDE_DEMO_DEBS=(
   libmimalloc-dev libmimalloc2.0 meson ninja-build g++ libfmt-dev pkg-config python3
+  # call sites' names for static functions and file:line (src/symbolize.cpp
+  # dlopens libdw.so.1; the -dev package for its headers)
+  libdw-dev
 )
 
 LOWTIDE_TEST_DEBS=(

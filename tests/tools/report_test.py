@@ -18,6 +18,13 @@ import tempfile
 from tools_common import check, clean_env, finish, run
 
 launcher, lib = sys.argv[1], sys.argv[2]
+
+
+def stack_key(site):
+    return (tuple((f["module"], f["offset"]) for f in site["frames"]),
+            tuple((p["file"], p["line"], p["function"]) for p in site["python"]))
+
+
 MiB = 1 << 20
 
 FAMILY = r"""
@@ -71,18 +78,18 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
     check(total["large_requested"] >= (3 * 2 + 8 * 2 + 7 * 4) * MiB, "large bytes of all three")
 
 
-    # Call sites, merged by stack (module and offset of every frame).
+    # Call sites, merged by stack (module and offset of every frame, and the
+    # Python frames: work(3) and work(5) are two sites).
     by_stack = {}
     for r in reps:
         check(r["sites"]["enabled"], "call sites on in pid %d" % r["pid"])
         for site in r["sites"]["top"]:
-            key = tuple((f["module"], f["offset"]) for f in site["frames"])
-            by_stack.setdefault(key, []).append(site)
+            by_stack.setdefault(stack_key(site), []).append(site)
     merged_sites = total["sites"]
     check(len(merged_sites) == len(by_stack), "one merged site per distinct stack: %d vs %d"
           % (len(merged_sites), len(by_stack)))
     for m in merged_sites:
-        parts = by_stack.get(tuple((f["module"], f["offset"]) for f in m["frames"]), [])
+        parts = by_stack.get(stack_key(m), [])
         check(m["processes"] == len(parts), "a merged site counts the processes that listed it")
         for k in ("blocks", "bytes", "live_bytes", "remaps"):
             check(m[k] == sum(p[k] for p in parts), "merged site %s is the sum over files" % k)
