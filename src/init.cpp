@@ -13,6 +13,7 @@
 #include "platform.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
+#include "live.hpp"
 #include "route.hpp"
 #include "report.hpp"
 #include "sites.hpp"
@@ -48,6 +49,7 @@ void before_fork() {
   // The memory limit's collect lock first: the decay thread holds it while
   // mimalloc collects, which may reach the registry (a thread's first
   // allocation) under it.
+  live::fork_prepare();
   limit::fork_prepare();
   sites::fork_prepare();
   stats::fork_prepare();
@@ -60,6 +62,7 @@ void after_fork_parent() {
   stats::fork_parent();
   sites::fork_parent();
   limit::fork_parent();
+  live::fork_parent();
 }
 void after_fork_child() {
   large::space.arena.reset_after_fork();
@@ -70,6 +73,7 @@ void after_fork_child() {
   sites::fork_child();
   report::on_fork_child();
   limit::fork_child();
+  live::fork_child();
 }
 
 void init_once() {

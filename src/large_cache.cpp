@@ -9,6 +9,7 @@
 
 #include "arena.hpp"
 #include "large_space.hpp"
+#include "live.hpp"
 #include "log.hpp"
 #include "mem_limit.hpp"
 #include "platform.hpp"
@@ -241,6 +242,21 @@ int ReuseCache::entries() const {
   return n;
 }
 
+int ReuseCache::view(View* out) const {
+  auto& self = const_cast<ReuseCache&>(*this);
+  // The age rule is purge()'s: busy caches keep entries kBusyAgeFactor
+  // periods.
+  std::uint64_t now = deps_.now_ns();
+  std::uint64_t max_age = decay_ns_;
+  if (age_ns(now, last_take_ns_.load(std::memory_order_relaxed)) < decay_ns_) max_age = decay_ns_ * kBusyAgeFactor;
+  self.lock();
+  int n = count_;
+  for (int i = 0; i < n; ++i)
+    out[i] = View{entries_[i].start, entries_[i].n, age_ns(now, entries_[i].freed_ns) >= max_age};
+  self.unlock();
+  return n;
+}
+
 const char* ReuseCache::check() {
   const char* why = nullptr;
   lock();
@@ -284,6 +300,10 @@ std::atomic<bool> thread_started{false};
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
+  // The live-query server (src/live.cpp) is started from here: outside
+  // every malloc call and lock, every signal blocked, and only in a process
+  // that already has this helper thread.
+  live::start();
   for (;;) {
     // A quarter of the decay period, at least 1 ms; at most 1 s, so the
     // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
@@ -383,6 +403,7 @@ bool take_at(std::uint32_t at, std::uint32_t n) { return production_cache.take_a
 std::size_t purge(bool all) { return production_cache.purge(all); }
 void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
 std::size_t cached_bytes() { return production_cache.cached_bytes(); }
+int view(ReuseCache::View* out) { return production_cache.view(out); }
 
 void note_large_allocation() {
   // Outside every lock: keeps the memory limit's RSS estimate fresh when the

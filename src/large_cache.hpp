@@ -101,6 +101,16 @@ class ReuseCache {
   std::size_t cached_bytes() const { return held_view_.load(std::memory_order_relaxed); }
   int entries() const;  // takes the lock
 
+  // For the live query (src/live.cpp): the cached extents, each marked
+  // `decayed` when purge(false) would return it now (the decay thread's
+  // next wake-up will). Copied under the lock, which is held for no more
+  // than the copy. Returns how many (at most kSlots).
+  struct View {
+    std::uint32_t start, n;
+    bool decayed;
+  };
+  int view(View* out) const;
+
   // Its invariants (takes the lock, then the arena's): at most kSlots
   // entries holding at most the cap, their byte total is bytes held, each is
   // one used extent of the arena, no two touch. nullptr if all hold, else the
@@ -158,6 +168,7 @@ bool take_at(std::uint32_t at, std::uint32_t n);
 std::size_t purge(bool all);
 void evict_for(std::size_t bytes);
 std::size_t cached_bytes();
+int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 
 // Called on every large allocation: refreshes the memory limit's RSS sample
 // when it is old, and starts the decay thread the first time.

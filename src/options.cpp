@@ -35,6 +35,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_LIMIT", OptKind::size, "cgroup", 0, std::uint64_t{64} << 40, kCgroup, 1, "size"},
     // For tests: where /proc/self/cgroup and the cgroup mounts are looked for.
     {"LOWTIDE_CGROUP_ROOT", OptKind::text, "/", 0, kTextMax - 1, nullptr, 0, "path"},
+    {"LOWTIDE_LIVE", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
 };
 
 namespace {
