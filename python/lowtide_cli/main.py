@@ -12,6 +12,8 @@ lowtide: run programs under the lowtide allocator and look at what it did.
   lowtide lib
   lowtide compare [--with glibc,jemalloc,mimalloc,tcmalloc] [--out DIR] -- CMD ARGS...
   lowtide report [--json] FILE...
+  lowtide stats [--json] PID
+  lowtide top [--interval S] [--count N] PID
 """
 
 
@@ -62,6 +64,22 @@ def parser():
                                      "process and the total.")
     rep.add_argument("files", nargs="+", metavar="FILE")
     rep.add_argument("--json", action="store_true", help="print the merged summary as JSON")
+
+    st = sub.add_parser("stats", help="a running process's memory and counters, read from outside",
+                        description="Ask a running process (started under lowtide) for its counters, "
+                                    "through its lowtide-live socket: no signal, no stop. Shows RSS broken "
+                                    "down into lowtide's parts, the threads and call sites holding the most. "
+                                    "Same user or root only. In a container: nsenter -t PID -n lowtide stats PID.")
+    st.add_argument("pid", type=int, metavar="PID")
+    st.add_argument("--json", action="store_true", help="print the process's answer as JSON")
+    st.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    tp = sub.add_parser("top", help="`lowtide stats` every interval, one line each",
+                        description="Query a running process every --interval seconds and print one line "
+                                    "per answer: RSS and its parts, and the thread holding the most.")
+    tp.add_argument("pid", type=int, metavar="PID")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default: %(default)s)")
+    tp.add_argument("--count", type=int, default=None, metavar="N", help="stop after N lines")
+    tp.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
     return p
 
 
@@ -88,12 +106,17 @@ def dispatch(argv, lib_candidates, build_hint):
         return 2
     if a.cmd in ("run", "compare") and not command:
         p.error("%s needs a command after `--`, e.g. lowtide %s -- python3 app.py" % (a.cmd, a.cmd))
-    if a.cmd in ("lib", "report") and command is not None:
+    if a.cmd in ("lib", "report", "stats", "top") and command is not None:
         p.error("%s takes no command after --" % a.cmd)
 
     if a.cmd == "report":
         from . import report_cmd
         return report_cmd.main(a.files, as_json=a.json)
+    if a.cmd in ("stats", "top"):
+        from . import stats_cmd
+        if a.cmd == "stats":
+            return stats_cmd.main_stats(a.pid, as_json=a.json, timeout=a.timeout)
+        return stats_cmd.main_top(a.pid, interval=a.interval, count=a.count, timeout=a.timeout)
     lib = locate.find_library(lib_candidates, build_hint)
     if lib is None:
         return 1
