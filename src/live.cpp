@@ -80,7 +80,10 @@ int move_high(int fd) {
   rlim_t want = rl.rlim_cur / 2 < 1024 ? rl.rlim_cur / 2 : 1024;
   int hi = ::fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(want));
   if (hi < 0) return fd;
-  ::close(fd);
+  // The low number is closed only if it is still the same socket: a
+  // program closing every fd at this instant may already have reopened it.
+  struct stat a, b;
+  if (::fstat(fd, &a) == 0 && ::fstat(hi, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) ::close(fd);
   return hi;
 }
 
