@@ -90,7 +90,7 @@ void init_once() {
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
   stats::init();
-  cache::init();
+  cache::init(&live::start);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;

@@ -9,7 +9,6 @@
 
 #include "arena.hpp"
 #include "large_space.hpp"
-#include "live.hpp"
 #include "log.hpp"
 #include "mem_limit.hpp"
 #include "platform.hpp"
@@ -297,13 +296,14 @@ namespace {
 
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
+void (*on_thread_start)() = nullptr;
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
   // The live-query server (src/live.cpp) is started from here: outside
   // every malloc call and lock, every signal blocked, and only in a process
   // that already has this helper thread.
-  live::start();
+  if (on_thread_start != nullptr) on_thread_start();
   for (;;) {
     // A quarter of the decay period, at least 1 ms; at most 1 s, so the
     // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
@@ -389,7 +389,8 @@ void account_returned(std::size_t bytes) {
   stats::add(stats::slot(), stats::large_returned_bytes, bytes);
 }
 
-void init() {
+void init(void (*thread_start_hook)()) {
+  on_thread_start = thread_start_hook;
   production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
 }

@@ -174,7 +174,9 @@ int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 // when it is old, and starts the decay thread the first time.
 void note_large_allocation();
 
-void init();
+// thread_start_hook (may be null): run by each decay thread as it starts,
+// before its first sleep (init.cpp passes live::start).
+void init(void (*thread_start_hook)());
 void fork_prepare();
 void fork_parent();
 void fork_child();

@@ -329,7 +329,8 @@ void answer(int c) {
   send_all(o.data(), o.size(), &s);
   if (s.failed) return;
   if (report::json_now(&send_all, &s) != 0) {
-    send_all("{\"error\": \"no memory for the report\"}", 37, &s);
+    static constexpr char kNoMemory[] = "{\"error\": \"no memory for the report\"}";
+    send_all(kNoMemory, sizeof kNoMemory - 1, &s);
   }
   send_all("}\n", 2, &s);
   if (!s.failed) answered.fetch_add(1, std::memory_order_relaxed);
@@ -400,7 +401,9 @@ void* server_main(void* arg) {
   // Ours no more (closed, or its number reused by the program): leave the
   // fd alone, it may be the program's now. Still ours after an unexpected
   // accept error: closed, so the name does not outlive the server.
-  if (still_ours(fd) && listen_fd.exchange(-1) == fd) ::close(fd);
+  const bool ours = still_ours(fd);
+  int expected = fd;
+  if (listen_fd.compare_exchange_strong(expected, -1) && ours) ::close(fd);
   return nullptr;
 }
 
