@@ -84,9 +84,9 @@ def query(pid, timeout=10.0):
             if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
                 continue
             raise LiveError("cannot connect to %s: %s" % (name, e))
+        chunks = []
         try:
             s.sendall(REQUEST)
-            chunks = []
             deadline = time.monotonic() + timeout
             while True:
                 s.settimeout(max(0.01, deadline - time.monotonic()))
