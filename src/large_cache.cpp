@@ -300,10 +300,6 @@ void (*on_thread_start)() = nullptr;
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
-  // The live-query server (src/live.cpp) is started from here: outside
-  // every malloc call and lock, every signal blocked, and only in a process
-  // that already has this helper thread.
-  if (on_thread_start != nullptr) on_thread_start();
   for (;;) {
     // A quarter of the decay period, at least 1 ms; at most 1 s, so the
     // memory limit's RSS sample and cgroup re-read (limit::tick) keep their
@@ -363,6 +359,14 @@ void start_thread() {
   int rc = EINVAL;
   for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
   if (rc == EINVAL) rc = create_thread(0);
+  // The live-query server (src/live.cpp) is started here, with the decay
+  // thread and under the same rules: at a large allocation, outside every
+  // lock, every signal blocked (the new thread inherits the mask), only in
+  // a process that now has a lowtide thread anyway. Here rather than from
+  // the decay thread: the thread's TLS that glibc allocates for it counts on
+  // the allocating thread, which already has a counter slot (the decay
+  // thread never allocates and has none).
+  if (rc == 0 && on_thread_start != nullptr) on_thread_start();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc == 0) {
     production_cache.refuse_puts(false);

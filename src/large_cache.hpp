@@ -174,8 +174,8 @@ int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 // when it is old, and starts the decay thread the first time.
 void note_large_allocation();
 
-// thread_start_hook (may be null): run by each decay thread as it starts,
-// before its first sleep (init.cpp passes live::start).
+// thread_start_hook (may be null): run each time the decay thread has been
+// started, by the thread that started it (init.cpp passes live::start).
 void init(void (*thread_start_hook)());
 void fork_prepare();
 void fork_parent();

@@ -37,8 +37,8 @@ dev_t listen_dev = 0;
 ino_t listen_ino = 0;
 // The connection being answered (-1: none), closed by a forked child.
 std::atomic<int> client_fd{-1};
-// Once per process (reset in a forked child): start() runs in every new
-// decay thread, which a process may start again after a failed start.
+// Once per process (reset in a forked child): start() runs each time a
+// decay thread is started, which happens again after a failed start.
 std::atomic<bool> started{false};
 // Held while the socket is being made, and by fork's prepare handler, so no
 // child inherits a listening fd we have not recorded yet.
@@ -337,7 +337,7 @@ void answer(int c) {
 }
 
 void set_timeout(int c, int opt, int ms) {
-  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  timeval tv{ms / 1000, static_cast<suseconds_t>(ms % 1000) * 1000};
   ::setsockopt(c, SOL_SOCKET, opt, &tv, sizeof tv);
 }
 
@@ -417,9 +417,9 @@ void start() {
   if (fd >= 0) listen_fd.store(fd);
   pthread_mutex_unlock(&start_mu);
   if (fd < 0) return;
-  // Detached, all signals blocked (inherited from the decay thread). The
-  // stack grows as the decay thread's does when glibc refuses one the
-  // static TLS block does not fit in.
+  // Detached, all signals blocked (the caller's mask while it starts the
+  // decay thread). The stack grows as the decay thread's does when glibc
+  // refuses one the static TLS block does not fit in.
   int rc = EINVAL;
   for (std::size_t stack = std::size_t{256} << 10; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2) {
     pthread_attr_t attr;

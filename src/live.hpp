@@ -12,11 +12,12 @@
 
 namespace lowtide::live {
 
-// Called by the lowtide-decay thread as it starts (outside every malloc call
-// and lock, every signal blocked, so the new thread inherits a full mask):
-// opens the socket and starts the server thread, once per process, unless
-// LOWTIDE_LIVE=off or the process is AT_SECURE. Failures are silent (the
-// process is then just not reachable; docs/usage.md says when).
+// Called where the lowtide-decay thread has just been started (at a large
+// allocation, outside every lowtide lock, every signal blocked, so the new
+// thread inherits a full mask): opens the socket and starts the server
+// thread, once per process, unless LOWTIDE_LIVE=off or the process is
+// AT_SECURE. Failures are silent (the process is then just not reachable;
+// docs/usage.md says when). Allocates only through glibc's pthread_create.
 void start();
 
 // fork's prepare and parent handlers: the lock start() holds while it makes

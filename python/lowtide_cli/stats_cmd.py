@@ -60,7 +60,7 @@ def _other_netns(pid):
 
 def _not_reachable(pid):
     msg = ("pid %d has no lowtide socket. It is reachable only when it runs under lowtide with "
-           "LOWTIDE_LIVE=on (the default), has made a large allocation (the socket is opened by the "
+           "LOWTIDE_LIVE=on (the default), has made a large allocation (the socket is opened with the "
            "lowtide-decay thread: not with LOWTIDE_DECAY_THREAD=off or LOWTIDE_CACHE=0) and is not "
            "setuid/setgid." % pid)
     if _other_netns(pid):
