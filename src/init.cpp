@@ -49,7 +49,6 @@ void before_fork() {
   // The memory limit's collect lock first: the decay thread holds it while
   // mimalloc collects, which may reach the registry (a thread's first
   // allocation) under it.
-  live::fork_prepare();
   limit::fork_prepare();
   sites::fork_prepare();
   stats::fork_prepare();
@@ -62,7 +61,6 @@ void after_fork_parent() {
   stats::fork_parent();
   sites::fork_parent();
   limit::fork_parent();
-  live::fork_parent();
 }
 void after_fork_child() {
   large::space.arena.reset_after_fork();

@@ -297,6 +297,7 @@ namespace {
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
 void (*on_thread_start)() = nullptr;
+pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
@@ -352,7 +353,15 @@ void start_thread() {
   if (!use_thread) return;
   std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
   if (retry != 0 && pal::now_ns() < retry) return;
-  if (thread_started.exchange(true)) return;
+  // Held while the threads are being created, and by fork's prepare
+  // handler: a fork waits until both exist, so a child never inherits a
+  // half-done start (it would create them afresh, its counters moving by
+  // the TLS glibc allocates for new threads: fork_busy saw it).
+  pthread_mutex_lock(&start_mu);
+  if (thread_started.exchange(true)) {
+    pthread_mutex_unlock(&start_mu);
+    return;
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -368,6 +377,7 @@ void start_thread() {
   // thread never allocates and has none).
   if (rc == 0 && on_thread_start != nullptr) on_thread_start();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_mutex_unlock(&start_mu);
   if (rc == 0) {
     production_cache.refuse_puts(false);
     return;
@@ -417,10 +427,19 @@ void note_large_allocation() {
   if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 
-void fork_prepare() { production_cache.lock(); }
-void fork_parent() { production_cache.unlock(); }
+// The start lock first: a start in progress may take the cache's lock
+// (purge, when no thread could be created).
+void fork_prepare() {
+  pthread_mutex_lock(&start_mu);
+  production_cache.lock();
+}
+void fork_parent() {
+  production_cache.unlock();
+  pthread_mutex_unlock(&start_mu);
+}
 void fork_child() {
   production_cache.reset_after_fork();
+  pthread_mutex_init(&start_mu, nullptr);
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
 }

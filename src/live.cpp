@@ -40,9 +40,6 @@ std::atomic<int> client_fd{-1};
 // Once per process (reset in a forked child): start() runs each time a
 // decay thread is started, which happens again after a failed start.
 std::atomic<bool> started{false};
-// Held while the socket is being made, and by fork's prepare handler, so no
-// child inherits a listening fd we have not recorded yet.
-pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<std::uint64_t> answered{0}, refused{0};
 
 // Time allowed to each client: to send its request line, for each send to
@@ -412,11 +409,11 @@ void* server_main(void* arg) {
 void start() {
   if (g.secure || g.config.get(Opt::live) != 0) return;  // "on" is the first word
   if (started.exchange(true)) return;
-  pthread_mutex_lock(&start_mu);
+  // The caller holds the decay thread's start lock, which fork's prepare
+  // handler takes too: no child inherits a listening fd not yet recorded.
   int fd = open_socket();
-  if (fd >= 0) listen_fd.store(fd);
-  pthread_mutex_unlock(&start_mu);
   if (fd < 0) return;
+  listen_fd.store(fd);
   // Detached, all signals blocked (the caller's mask while it starts the
   // decay thread). The stack grows as the decay thread's does when glibc
   // refuses one the static TLS block does not fit in.
@@ -431,18 +428,12 @@ void start() {
     pthread_attr_destroy(&attr);
   }
   if (rc != 0) {
-    pthread_mutex_lock(&start_mu);
     listen_fd.store(-1);
     ::close(fd);
-    pthread_mutex_unlock(&start_mu);
   }
 }
 
-void fork_prepare() { pthread_mutex_lock(&start_mu); }
-void fork_parent() { pthread_mutex_unlock(&start_mu); }
-
 void fork_child() {
-  pthread_mutex_init(&start_mu, nullptr);
   int fd = listen_fd.exchange(-1);
   if (fd >= 0 && still_ours(fd)) ::close(fd);
   int c = client_fd.exchange(-1);

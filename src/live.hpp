@@ -13,17 +13,13 @@
 namespace lowtide::live {
 
 // Called where the lowtide-decay thread has just been started (at a large
-// allocation, outside every lowtide lock, every signal blocked, so the new
-// thread inherits a full mask): opens the socket and starts the server
+// allocation, under the decay thread's start lock, which fork's prepare
+// handler also takes, and no other lowtide lock; every signal blocked, so
+// the new thread inherits a full mask): opens the socket and starts the server
 // thread, once per process, unless LOWTIDE_LIVE=off or the process is
 // AT_SECURE. Failures are silent (the process is then just not reachable;
 // docs/usage.md says when). Allocates only through glibc's pthread_create.
 void start();
-
-// fork's prepare and parent handlers: the lock start() holds while it makes
-// the socket, so no child inherits a listening fd not yet recorded.
-void fork_prepare();
-void fork_parent();
 
 // The fork child handler: the listening socket and any connection being
 // answered belong to the parent, whose server thread does not exist here.
