@@ -262,7 +262,7 @@ def case_fork(prog, launcher, tmp):
         # parent's name dies with the parent.
         os.kill(p.pid, 9)
         p.p.wait(30)
-        check(not our_names(p.pid), "the parent's name is gone while its child lives: %s" % names_in_netns())
+        check(not our_names(p.pid), "the parent's name is gone while its child lives: %s" % our_names(p.pid))
     finally:
         p.stop()
         if child is not None:
