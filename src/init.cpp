@@ -13,6 +13,7 @@
 #include "platform.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
+#include "live.hpp"
 #include "route.hpp"
 #include "report.hpp"
 #include "sites.hpp"
@@ -70,6 +71,7 @@ void after_fork_child() {
   sites::fork_child();
   report::on_fork_child();
   limit::fork_child();
+  live::fork_child();
 }
 
 void init_once() {
@@ -86,7 +88,7 @@ void init_once() {
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
   stats::init();
-  cache::init(&small::committed_now);
+  cache::init(&small::committed_now, &live::start);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;

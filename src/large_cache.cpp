@@ -354,6 +354,19 @@ int ReuseCache::entries() const {
   return n;
 }
 
+int ReuseCache::view(View* out) const {
+  auto& self = const_cast<ReuseCache&>(*this);
+  // The age rule is purge()'s (keep_age).
+  std::uint64_t now = deps_.now_ns();
+  const std::uint64_t max_age = keep_age(now);
+  self.lock();
+  int n = count_;
+  for (int i = 0; i < n; ++i)
+    out[i] = View{entries_[i].start, entries_[i].n, age_ns(now, entries_[i].freed_ns) >= max_age};
+  self.unlock();
+  return n;
+}
+
 const char* ReuseCache::check() {
   const char* why = nullptr;
   lock();
@@ -409,6 +422,8 @@ namespace {
 
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
+void (*on_thread_start)() = nullptr;
+pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 // The process's demand for memory: mimalloc's committed bytes plus the
 // large blocks live. What the cache holds beyond the recent peak of demand
@@ -512,14 +527,31 @@ void start_thread() {
   if (!use_thread) return;
   std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
   if (retry != 0 && pal::now_ns() < retry) return;
-  if (thread_started.exchange(true)) return;
+  // Held while the threads are being created, and by fork's prepare
+  // handler: a fork waits until both exist, so a child never inherits a
+  // half-done start (it would create them afresh, its counters moving by
+  // the TLS glibc allocates for new threads: fork_busy saw it).
+  pthread_mutex_lock(&start_mu);
+  if (thread_started.exchange(true)) {
+    pthread_mutex_unlock(&start_mu);
+    return;
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = EINVAL;
   for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
   if (rc == EINVAL) rc = create_thread(0);
+  // The live-query server (src/live.cpp) is started here, with the decay
+  // thread and under the same rules: at a large allocation, outside every
+  // lock, every signal blocked (the new thread inherits the mask), only in
+  // a process that now has a lowtide thread anyway. Here rather than from
+  // the decay thread: the thread's TLS that glibc allocates for it counts on
+  // the allocating thread, which already has a counter slot (the decay
+  // thread never allocates and has none).
+  if (rc == 0 && on_thread_start != nullptr) on_thread_start();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_mutex_unlock(&start_mu);
   if (rc == 0) {
     production_cache.refuse_puts(false);
     return;
@@ -552,8 +584,9 @@ void account_returned(std::size_t bytes, Reason why) {
   }
 }
 
-void init(std::size_t (*small_committed)()) {
+void init(std::size_t (*small_committed)(), void (*thread_start_hook)()) {
   small_committed_fn = small_committed;
+  on_thread_start = thread_start_hook;
   production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u,
                              g.config.get(Opt::decay_min_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
@@ -570,6 +603,7 @@ void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
 std::size_t cached_bytes() { return production_cache.cached_bytes(); }
 std::size_t cached_peak() { return production_cache.peak_bytes(); }
 std::uint64_t cached_byte_seconds() { return production_cache.byte_seconds(pal::now_ns()); }
+int view(ReuseCache::View* out) { return production_cache.view(out); }
 
 void note_large_allocation() {
   // Outside every lock: keeps the memory limit's RSS estimate fresh when the
@@ -578,10 +612,19 @@ void note_large_allocation() {
   if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 
-void fork_prepare() { production_cache.lock(); }
-void fork_parent() { production_cache.unlock(); }
+// The start lock first: a start in progress may take the cache's lock
+// (purge, when no thread could be created).
+void fork_prepare() {
+  pthread_mutex_lock(&start_mu);
+  production_cache.lock();
+}
+void fork_parent() {
+  production_cache.unlock();
+  pthread_mutex_unlock(&start_mu);
+}
 void fork_child() {
   production_cache.reset_after_fork();
+  pthread_mutex_init(&start_mu, nullptr);
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
 }

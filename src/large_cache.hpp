@@ -145,6 +145,16 @@ class ReuseCache {
   std::uint64_t byte_seconds(std::uint64_t now) const;
   int entries() const;  // takes the lock
 
+  // For the live query (src/live.cpp): the cached extents, each marked
+  // `decayed` when purge(false) would return it now (the decay thread's
+  // next wake-up will). Copied under the lock, which is held for no more
+  // than the copy. Returns how many (at most kSlots).
+  struct View {
+    std::uint32_t start, n;
+    bool decayed;
+  };
+  int view(View* out) const;
+
   // Its invariants (takes the lock, then the arena's): at most kSlots
   // entries holding at most the cap, their byte total is bytes held, each is
   // one used extent of the arena, no two touch. nullptr if all hold, else the
@@ -221,14 +231,17 @@ void evict_for(std::size_t bytes);
 std::size_t cached_bytes();
 std::size_t cached_peak();
 std::uint64_t cached_byte_seconds();
+int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 
 // Called on every large allocation: refreshes the memory limit's RSS sample
 // when it is old, and starts the decay thread the first time.
 void note_large_allocation();
 
 // small_committed: mimalloc's committed bytes (the demand rule of the decay
-// thread); may be null.
-void init(std::size_t (*small_committed)());
+// thread); may be null. thread_start_hook (may be null): run each time the
+// decay thread has been started, by the thread that started it (init.cpp
+// passes live::start).
+void init(std::size_t (*small_committed)(), void (*thread_start_hook)());
 void fork_prepare();
 void fork_parent();
 void fork_child();

@@ -37,6 +37,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_CGROUP_ROOT", OptKind::text, "/", 0, kTextMax - 1, nullptr, 0, "path"},
     {"LOWTIDE_DECAY_MIN_MS", OptKind::size, "50", 1, 3'600'000, nullptr, 0, "milliseconds"},
     {"LOWTIDE_SITES_PYTHON", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    {"LOWTIDE_LIVE", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
 };
 
 namespace {

@@ -8,7 +8,7 @@
 namespace lowtide {
 
 enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
-                       limit, cgroup_root, decay_min_ms, sites_python, count };
+                       limit, cgroup_root, decay_min_ms, sites_python, live, count };
 
 enum class OptKind { size, choice, text, count };  // count: a plain whole number
 

@@ -148,6 +148,24 @@ void* map_lazy(std::size_t len) {
 
 void advise_hugepage(void* p, std::size_t len) { ::madvise(p, len, MADV_HUGEPAGE); }
 
+std::size_t resident_bytes(const void* p, std::size_t len) {
+  // One byte of vector per page; 4 KiB of it covers 16 MiB per call.
+  unsigned char vec[4096];
+  std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) & ~(kPageSize - 1);
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(p) + len + kPageSize - 1) & ~(kPageSize - 1);
+  std::size_t pages = 0;
+  int saved = errno;
+  while (a < end) {
+    std::size_t n = (end - a) / kPageSize;
+    n = n < sizeof vec ? n : sizeof vec;
+    if (::mincore(reinterpret_cast<void*>(a), n * kPageSize, vec) == 0)
+      for (std::size_t i = 0; i < n; ++i) pages += vec[i] & 1u;
+    a += n * kPageSize;
+  }
+  errno = saved;
+  return pages * kPageSize;
+}
+
 void write_stderr(const char* s, std::size_t n) {
   while (n > 0) {
     ssize_t w = ::write(2, s, n);

@@ -40,6 +40,10 @@ bool move_pages(void* src, std::size_t len, void* dst);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
+// Bytes of [p, p+len) that are resident (mincore, page by page; the range
+// rounded out to pages). Parts not mapped count as not resident. For the
+// live query (src/live.cpp): takes the mmap lock for reading, no other.
+std::size_t resident_bytes(const void* p, std::size_t len);
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.
 void* map_lazy(std::size_t len);

@@ -422,6 +422,25 @@ int write(const char* path, int format) {
   return write_impl(path, format, Context{false, true});
 }
 
+int json_now(Sink sink, void* arg) {
+  const Context ctx{false, true};
+  Scratch scratch(kScratch, nullptr, 0);
+  std::size_t got = 0;
+  Data* d = scratch.take<Data>(1, &got);
+  if (d == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  new (d) Data{};
+  gather(d, scratch, ctx);
+  std::size_t room = 0;
+  char* buf = scratch.rest(&room);
+  Out json(buf, room);
+  format_json(json, *d, ctx);
+  sink(json.data(), json.size(), arg);
+  return 0;
+}
+
 void at_exit(bool from_exit_call) {
   if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return;
   // Never in the wrong process: a vfork child (shares our memory, must not

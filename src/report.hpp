@@ -1,6 +1,7 @@
 // The exit-time report (text and JSON), and the decision of whether this
 // process writes one.
 #pragma once
+#include <cstddef>
 
 namespace lowtide::report {
 
@@ -10,6 +11,15 @@ enum Format : int { kText = 1, kJson = 2, kBoth = 3 };
 // (stderr by default); "%p" and "%%" are expanded. format 0 = as configured
 // (text when stats are off). Returns 0, or -1 with errno set.
 int write(const char* path, int format);
+
+// The JSON report of this moment, as the exit report renders it, handed to
+// sink(data, len, arg) in one piece: for the live server (src/live.cpp),
+// which adds it to its answer. Rendered into a scratch mapping of its own
+// (no malloc, and no fallback buffer: -1 with ENOMEM when that cannot be
+// mapped); locks are taken as lowtide_write_report takes them, and none is
+// held while sink runs. Returns 0, or -1 with errno set.
+using Sink = void (*)(const char* data, std::size_t len, void* arg);
+int json_now(Sink sink, void* arg);
 
 // Called from lowtide's ELF destructor (from_exit_call false) and from
 // _exit/_Exit (true: possibly inside a signal handler): writes the

@@ -14,6 +14,8 @@ lowtide: run programs under the lowtide allocator and look at what it did.
   lowtide report [--json] [--flame OUT.svg] [--collapsed OUT.txt] [--flame-of peak|total] FILE...
   lowtide doctor [--timeout S] [-- CMD ARGS...]
   lowtide --version
+  lowtide stats [--json] PID
+  lowtide top [--interval S] [--count N] PID
 """
 
 
@@ -86,6 +88,22 @@ def parser():
     # Tests point this at a fake tree: S/sys/kernel/mm/..., S/proc/sys/vm/...,
     # and the cgroup files (LOWTIDE_CGROUP_ROOT for the library).
     d.add_argument("--sysroot", default="/", help=argparse.SUPPRESS)
+
+    st = sub.add_parser("stats", help="a running process's memory and counters, read from outside",
+                        description="Ask a running process (started under lowtide) for its counters, "
+                                    "through its lowtide-live socket: no signal, no stop. Shows RSS broken "
+                                    "down into lowtide's parts, the threads and call sites holding the most. "
+                                    "Same user or root only. In a container: nsenter -t PID -n lowtide stats PID.")
+    st.add_argument("pid", type=int, metavar="PID")
+    st.add_argument("--json", action="store_true", help="print the process's answer as JSON")
+    st.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    tp = sub.add_parser("top", help="`lowtide stats` every interval, one line each",
+                        description="Query a running process every --interval seconds and print one line "
+                                    "per answer: RSS and its parts, and the thread holding the most.")
+    tp.add_argument("pid", type=int, metavar="PID")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default: %(default)s)")
+    tp.add_argument("--count", type=int, default=None, metavar="N", help="stop after N lines")
+    tp.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
     return p
 
 
@@ -130,13 +148,18 @@ def dispatch(argv, lib_candidates, build_hint, version=None):
         return 2
     if a.cmd in ("run", "compare") and not command:
         p.error("%s needs a command after `--`, e.g. lowtide %s -- python3 app.py" % (a.cmd, a.cmd))
-    if a.cmd in ("lib", "report") and command is not None:
+    if a.cmd in ("lib", "report", "stats", "top") and command is not None:
         p.error("%s takes no command after --" % a.cmd)
 
     if a.cmd == "report":
         from . import report_cmd
         return report_cmd.main(a.files, as_json=a.json, flame_svg=a.flame, collapsed_txt=a.collapsed,
                                flame_of=a.flame_of)
+    if a.cmd in ("stats", "top"):
+        from . import stats_cmd
+        if a.cmd == "stats":
+            return stats_cmd.main_stats(a.pid, as_json=a.json, timeout=a.timeout)
+        return stats_cmd.main_top(a.pid, interval=a.interval, count=a.count, timeout=a.timeout)
     lib = locate.find_library(lib_candidates, build_hint)
     if lib is None:
         return 1

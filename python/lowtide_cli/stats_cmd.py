@@ -1,0 +1,236 @@
+"""`lowtide stats PID` and `lowtide top PID`: a running process's counters,
+read from outside through its lowtide-live socket (src/live.cpp), without a
+signal and without stopping it.
+
+The process answers one request line, "stats", with one JSON document:
+{"schema": "lowtide-live", ..., "memory": {...}, "report": {the JSON report}}.
+The socket is abstract (no file): "\\0lowtide/<pid namespace inode>/<pid>",
+the pid as the process itself sees it (NSpid's last field), so it is found
+from the host too, given its network namespace (nsenter -t PID -n)."""
+import errno
+import json
+import os
+import socket
+import sys
+import time
+
+from .units import human
+
+REQUEST = b"stats\n"
+
+
+class LiveError(Exception):
+    pass
+
+
+def _nspid(pid):
+    """The pid as the process sees itself (innermost pid namespace)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except OSError:
+        pass
+    return pid
+
+
+def socket_names(pid):
+    """The names to try, most specific first."""
+    nspid = _nspid(pid)
+    names = []
+    # Another user's namespace links cannot be read: then ours is the best
+    # guess (a process of another user in our pid namespace).
+    for ns in ("/proc/%d/ns/pid" % pid, "/proc/self/ns/pid"):
+        try:
+            names.append("lowtide/%d/%d" % (os.stat(ns).st_ino, nspid))
+            break
+        except OSError:
+            pass
+    names.append("lowtide/0/%d" % nspid)
+    return names
+
+
+def _other_netns(pid):
+    try:
+        return os.readlink("/proc/%d/ns/net" % pid) != os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
+
+
+def _not_reachable(pid):
+    msg = ("pid %d has no lowtide socket. It is reachable only when it runs under lowtide with "
+           "LOWTIDE_LIVE=on (the default), has made a large allocation (the socket is opened with the "
+           "lowtide-decay thread: not with LOWTIDE_DECAY_THREAD=off or LOWTIDE_CACHE=0) and is not "
+           "setuid/setgid." % pid)
+    if _other_netns(pid):
+        msg += (" It is in another network namespace (a container?): abstract sockets are per network "
+                "namespace; run `nsenter -t %d -n lowtide stats %d` or run lowtide inside the container."
+                % (pid, pid))
+    return msg
+
+
+def query(pid, timeout=10.0):
+    """The process's answer, parsed. Raises LiveError with what to do."""
+    if not os.path.exists("/proc/%d" % pid):
+        raise LiveError("no process %d" % pid)
+    for name in socket_names(pid):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect("\0" + name)
+        except OSError as e:
+            s.close()
+            if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                continue
+            raise LiveError("cannot connect to %s: %s" % (name, e))
+        chunks = []
+        try:
+            s.sendall(REQUEST)
+            deadline = time.monotonic() + timeout
+            while True:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                b = s.recv(1 << 16)
+                if not b:
+                    break
+                chunks.append(b)
+        except socket.timeout:
+            raise LiveError("pid %d did not answer within %.0f s" % (pid, timeout))
+        except OSError as e:
+            # A refused peer is closed without its request being read: the
+            # kernel may say so with a reset rather than an end of file.
+            if not (e.errno in (errno.ECONNRESET, errno.EPIPE) and not chunks):
+                raise LiveError("reading from pid %d: %s" % (pid, e))
+        finally:
+            s.close()
+        data = b"".join(chunks)
+        if not data:
+            raise LiveError("pid %d refused the query: it answers only its own user (uid %s) or root"
+                            % (pid, _owner(pid)))
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise LiveError("pid %d sent an answer that is not JSON (%s): %r" % (pid, e, data[:200]))
+    raise LiveError(_not_reachable(pid))
+
+
+def _owner(pid):
+    try:
+        return os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return "?"
+
+
+def parts(mem):
+    """The resident parts that add up to RSS, in display order: (label, bytes, note)."""
+    return [
+        ("small blocks", mem["small_resident"],
+         "mimalloc: %s committed, %s live" % (human(mem["small_committed"]), human(mem["small_used"]))),
+        ("large blocks live", mem["large_live"],
+         "%d blocks, %s handed out" % (mem["large_blocks"], human(mem["large_usable"]))),
+        ("reuse cache", mem["cache"], "freed large blocks kept for reuse"),
+        ("pending release", mem["pending_release"], "decayed; returned at the decay thread's next wake-up"),
+        ("rest: files", mem["rest_files"], "code, libraries, mapped files, shared memory"),
+        ("rest: other", mem["rest_other"], "stacks, lowtide's and others' anonymous mappings"),
+    ]
+
+
+def thread_live(t):
+    return t["small"]["live"] + t["large"]["live"]
+
+
+def top_threads(report, n):
+    rows = [t for t in report.get("threads", []) if not t.get("folded")]
+    rows.sort(key=thread_live, reverse=True)
+    return rows[:n]
+
+
+def _frame_name(f):
+    if f.get("function"):
+        return f["function"]
+    return "%s+0x%x" % (os.path.basename(f.get("module") or "?"), f.get("offset", 0))
+
+
+def top_sites(report, n):
+    sites = report.get("sites") or {}
+    if not sites.get("enabled"):
+        return None
+    rows = sorted(sites.get("top", []), key=lambda s: s.get("live_bytes", 0), reverse=True)
+    return rows[:n]
+
+
+def render(doc, nthreads=5, nsites=5):
+    mem, rep = doc["memory"], doc["report"]
+    out = []
+    out.append("lowtide stats: pid %d (%s), up %.1f s%s" % (
+        doc["pid"], rep.get("command", "?")[:60], rep.get("uptime_s", 0),
+        ", PARTIAL (a lock was held)" if rep.get("partial") else ""))
+    out.append("%-20s %12s   (%s)" % ("RSS", human(mem["rss"]), mem["rss_source"]))
+    for label, v, note in parts(mem):
+        out.append("  %-18s %12s   %s" % (label, human(v), note))
+    out.append("  (the parts add up to RSS: \"other\" is what is left; each part is resident pages, "
+               "counted with mincore)")
+    rows = top_threads(rep, nthreads)
+    if rows:
+        out.append("")
+        out.append("threads by live bytes (top %d; a block counts on the thread that freed it)" % len(rows))
+        out.append("%8s  %-16s %12s %12s %12s" % ("tid", "name", "live", "small", "large"))
+        for t in rows:
+            out.append("%8s  %-16s %12s %12s %12s" % (t["tid"], t["name"][:16], human(thread_live(t)),
+                                                    human(t["small"]["live"]), human(t["large"]["live"])))
+    sites = top_sites(rep, nsites)
+    if sites is not None:
+        out.append("")
+        out.append("call sites by live bytes (top %d, LOWTIDE_SITES)" % len(sites))
+        for s in sites:
+            frames = s.get("frames") or []
+            where = " < ".join(_frame_name(f) for f in frames[:3]) or "?"
+            out.append("  %12s in %6d blocks  %s" % (human(s.get("live_bytes", 0)), s.get("live_blocks", 0), where))
+    return "\n".join(out)
+
+
+def main_stats(pid, as_json=False, timeout=10.0):
+    try:
+        doc = query(pid, timeout)
+    except LiveError as e:
+        print("lowtide stats: %s" % e, file=sys.stderr)
+        return 1
+    if as_json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(render(doc))
+    return 0
+
+
+TOP_HEADER = "%-8s %10s %10s %10s %10s %10s %10s  %s" % (
+    "time", "rss", "small", "large", "cache", "pending", "rest", "top thread (live)")
+
+
+def top_line(doc):
+    mem = doc["memory"]
+    rows = top_threads(doc["report"], 1)
+    who = "%s %s (%s)" % (rows[0]["tid"], rows[0]["name"], human(thread_live(rows[0]))) if rows else "-"
+    return "%-8s %10s %10s %10s %10s %10s %10s  %s" % (
+        time.strftime("%H:%M:%S"), human(mem["rss"]), human(mem["small_resident"]), human(mem["large_live"]),
+        human(mem["cache"]), human(mem["pending_release"]), human(mem["rest"]), who)
+
+
+def main_top(pid, interval=1.0, count=None, timeout=10.0):
+    n = 0
+    try:
+        while count is None or n < count:
+            if n % 20 == 0:
+                print(TOP_HEADER, flush=True)
+            try:
+                doc = query(pid, timeout)
+            except LiveError as e:
+                print("lowtide top: %s" % e, file=sys.stderr)
+                return 1
+            print(top_line(doc), flush=True)
+            n += 1
+            if count is None or n < count:
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
+    return 0

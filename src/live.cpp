@@ -1,0 +1,444 @@
+#include "live.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "large_cache.hpp"
+#include "large_space.hpp"
+#include "platform.hpp"
+#include "report.hpp"
+#include "report_out.hpp"
+#include "small_path.hpp"
+#include "state.hpp"
+#include "stats.hpp"
+
+namespace lowtide::live {
+
+namespace {
+
+// The listening socket: its fd, and what fstat said of it when we made it.
+// A program may close every fd (close_range, a loop up to the limit) and
+// open something else under the same number; before each accept the fd is
+// checked against the saved inode, and the server stops when it is not
+// ours any more (it never closes an fd that is not its own).
+std::atomic<int> listen_fd{-1};
+dev_t listen_dev = 0;
+ino_t listen_ino = 0;
+// The connection being answered (-1: none), closed by a forked child.
+std::atomic<int> client_fd{-1};
+// Once per process (reset in a forked child): start() runs each time a
+// decay thread is started, which happens again after a failed start.
+std::atomic<bool> started{false};
+std::atomic<std::uint64_t> answered{0}, refused{0};
+
+// Time allowed to each client: to send its request line, for each send to
+// make progress, and for the whole answer. One client at a time: a slow or
+// silent one delays the next query by at most kClientBudgetMs, never the
+// process (answering runs on this thread only).
+constexpr int kRecvTimeoutMs = 1000;
+constexpr int kSendTimeoutMs = 2000;
+constexpr std::uint64_t kClientBudgetMs = 5000;
+
+std::uint64_t ino_of(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// "lowtide/<pid namespace inode>/<pid>", abstract (a leading NUL, no file):
+// the pid namespace keeps two containers that share a network namespace but
+// not a pid namespace (a pod) from both claiming "lowtide/1". 0 when
+// /proc is not mounted; the CLI tries that name too.
+socklen_t make_name(sockaddr_un* a) {
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  auto r = fmt::format_to_n(a->sun_path + 1, sizeof a->sun_path - 2, "lowtide/{}/{}", ino_of("/proc/self/ns/pid"),
+                            ::getpid());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + r.size);
+}
+
+// Well above the numbers a program hands out (lowest free first), so a
+// program that closes everything and opens again is unlikely to land on it
+// (the inode check catches it if it does); not so high that the kernel's fd
+// table must grow far (it is sized to the highest fd).
+int move_high(int fd) {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur <= 64) return fd;
+  rlim_t want = rl.rlim_cur / 2 < 1024 ? rl.rlim_cur / 2 : 1024;
+  int hi = ::fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(want));
+  if (hi < 0) return fd;
+  // The low number is closed only if it is still the same socket: a
+  // program closing every fd at this instant may already have reopened it.
+  struct stat a, b;
+  if (::fstat(fd, &a) == 0 && ::fstat(hi, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) ::close(fd);
+  return hi;
+}
+
+bool still_ours(int fd) {
+  struct stat st;
+  return fd >= 0 && ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == listen_ino &&
+         st.st_dev == listen_dev;
+}
+
+int open_socket() {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un a;
+  socklen_t len = make_name(&a);
+  // EADDRINUSE: another process in this network namespace has our name (the
+  // same pid in another pid namespace whose inode we could not read): this
+  // process is then not reachable.
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd, 4) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  fd = move_high(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  listen_dev = st.st_dev;
+  listen_ino = st.st_ino;
+  return fd;
+}
+
+// ---- the answer ----
+
+struct Send {
+  int fd;
+  std::uint64_t deadline_ns;
+  bool failed;
+};
+
+void send_all(const char* p, std::size_t n, void* arg) {
+  auto* s = static_cast<Send*>(arg);
+  while (n > 0 && !s->failed) {
+    if (pal::now_ns() > s->deadline_ns) {
+      s->failed = true;
+      return;
+    }
+    ssize_t w = ::send(s->fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      s->failed = true;  // EAGAIN: SO_SNDTIMEO passed without progress
+      return;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+// mimalloc 2.0.9 places its segments (aligned OS allocations) at hinted
+// addresses in [2 TiB, 30 TiB) (its MI_HINT_BASE and MI_HINT_MAX): the
+// anonymous mappings there are taken as its memory. What it maps elsewhere
+// (thread metadata, a segment whose hint was taken) counts as "other".
+constexpr std::uintptr_t kMiHintLo = std::uintptr_t{2} << 40;
+constexpr std::uintptr_t kMiHintHi = std::uintptr_t{30} << 40;
+
+std::uint64_t parse_hex(const char*& s) {
+  std::uint64_t v = 0;
+  for (;; ++s) {
+    char c = *s;
+    if (c >= '0' && c <= '9') v = v * 16 + static_cast<std::uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f') v = v * 16 + static_cast<std::uint64_t>(c - 'a' + 10);
+    else return v;
+  }
+}
+
+std::uint64_t parse_dec(const char*& s) {
+  while (*s == ' ' || *s == '\t') ++s;
+  std::uint64_t v = 0;
+  while (*s >= '0' && *s <= '9') v = v * 10 + static_cast<std::uint64_t>(*s++ - '0');
+  return v;
+}
+
+// One line of /proc/self/maps: "start-end perms offset dev inode   [path]".
+// Resident bytes of an anonymous read-write mapping in mimalloc's area.
+std::uint64_t small_resident_of(const char* s) {
+  std::uint64_t start = parse_hex(s);
+  if (*s++ != '-') return 0;
+  std::uint64_t end = parse_hex(s);
+  if (*s++ != ' ' || s[0] != 'r' || s[1] != 'w') return 0;
+  for (int field = 0; field < 3; ++field) {  // perms, offset, dev
+    while (*s == ' ') ++s;
+    while (*s != ' ' && *s != '\0') ++s;
+  }
+  std::uint64_t inode = parse_dec(s);
+  while (*s == ' ') ++s;
+  if (inode != 0 || *s != '\0' || start < kMiHintLo || end > kMiHintHi || end <= start) return 0;
+  if (large::space.arena.contains(reinterpret_cast<const void*>(start))) return 0;
+  return pal::resident_bytes(reinterpret_cast<const void*>(start), end - start);
+}
+
+// /proc/self/maps (no page walk, unlike smaps: cheap), streamed through a
+// fixed buffer (only this thread reads it).
+std::uint64_t small_resident() {
+  static char buf[16 << 10];
+  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::uint64_t total = 0;
+  std::size_t have = 0;
+  for (;;) {
+    ssize_t r = ::read(fd, buf + have, sizeof buf - 1 - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    have += static_cast<std::size_t>(r);
+    buf[have] = '\0';
+    char* at = buf;
+    for (char* nl; (nl = std::strchr(at, '\n')) != nullptr; at = nl + 1) {
+      *nl = '\0';
+      total += small_resident_of(at);
+    }
+    have = static_cast<std::size_t>(buf + have - at);
+    std::memmove(buf, at, have);
+    if (have == sizeof buf - 1) have = 0;  // a line longer than the buffer (a path): not ours
+  }
+  ::close(fd);
+  return total;
+}
+
+std::uint64_t status_bytes(const char* buf, const char* key) {
+  const char* at = std::strstr(buf, key);
+  if (at == nullptr) return 0;
+  at += std::strlen(key);
+  return parse_dec(at) * 1024;
+}
+
+struct Breakdown {
+  std::uint64_t rss = 0, rss_anon = 0, rss_file = 0, rss_shmem = 0;
+  std::size_t small_committed = 0, small_peak = 0;
+  std::uint64_t small_resident = 0;
+  std::int64_t small_used = 0;
+  std::uint64_t large_usable = 0, large_committed = 0, large_blocks = 0;
+  std::uint64_t large_live = 0;  // resident pages of live large blocks
+  std::uint64_t live_extents = 0;  // bytes of their extents (headers, rounding)
+  std::uint64_t cache_bytes = 0, cache_resident = 0, pending_bytes = 0, pending_resident = 0;
+  bool live_missed = false;  // more live blocks than the list holds
+  std::uint64_t query_ns = 0;
+};
+
+// The live blocks' extents, copied under the arena lock (held only for the
+// copy: no system call under it), counted with mincore after.
+struct Span {
+  std::uint32_t start, n;
+};
+constexpr std::size_t kSpans = std::size_t{1} << 20;  // 8 MiB, lazily committed
+
+void measure_large(Breakdown* b) {
+  const Arena& arena = large::space.arena;
+  if (arena.ready()) {
+    report::Scratch scratch(kSpans * sizeof(Span) * 2 + 4096, nullptr, 0);
+    std::size_t cap = 0;
+    Span* spans = scratch.take<Span>(kSpans, &cap);
+    std::size_t n = 0;
+    large::space.arena.for_each_live(
+        [&](const void*, std::uint32_t s, std::uint32_t g, std::uint32_t) {
+          if (n < cap) spans[n++] = Span{s, g};
+          else b->live_missed = true;
+        },
+        false);
+    for (std::size_t i = 0; i < n; ++i) {
+      Extent e{spans[i].start, spans[i].n};
+      b->live_extents += e.bytes();
+      b->large_live += pal::resident_bytes(e.base(arena), e.bytes());
+    }
+  }
+  cache::ReuseCache::View v[cache::ReuseCache::kSlots];
+  int n = cache::view(v);
+  for (int i = 0; i < n; ++i) {
+    Extent e{v[i].start, v[i].n};
+    std::uint64_t res = pal::resident_bytes(e.base(arena), e.bytes());
+    (v[i].decayed ? b->pending_bytes : b->cache_bytes) += e.bytes();
+    (v[i].decayed ? b->pending_resident : b->cache_resident) += res;
+  }
+}
+
+void measure(Breakdown* b) {
+  std::uint64_t t0 = pal::now_ns();
+  // Counters first, pages last: in a quiet process they agree; under load
+  // each figure is one moment's and the parts are as close as that allows.
+  stats::Snapshot snap{};
+  snap.rows = nullptr;  // totals only: every thread folds into them
+  snap.cap = 0;
+  stats::snapshot(&snap, false);
+  b->small_used = static_cast<std::int64_t>(snap.total.c[stats::small_out]) -
+                  static_cast<std::int64_t>(snap.total.c[stats::small_freed]);
+  b->large_usable = snap.large_live;
+  small::committed(&b->small_committed, &b->small_peak);
+  b->large_committed = large::space.mapped.load(std::memory_order_relaxed);
+  b->large_blocks = large::space.blocks.load(std::memory_order_relaxed);
+  measure_large(b);
+  b->small_resident = small_resident();
+  // The kernel's own counters of resident pages (what ps and top show),
+  // read last, right after the pages above were counted.
+  char status[4096];
+  if (pal::read_file("/proc/self/status", status, sizeof status) > 0) {
+    b->rss = status_bytes(status, "VmRSS:");
+    b->rss_anon = status_bytes(status, "RssAnon:");
+    b->rss_file = status_bytes(status, "RssFile:");
+    b->rss_shmem = status_bytes(status, "RssShmem:");
+  }
+  b->query_ns = pal::now_ns() - t0;
+}
+
+void put_head(report::Out& o, const Breakdown& b) {
+  auto i64 = [](std::uint64_t v) { return static_cast<std::int64_t>(v); };
+  const std::int64_t heap =
+      i64(b.small_resident) + i64(b.large_live) + i64(b.cache_resident) + i64(b.pending_resident);
+  const std::int64_t rest = i64(b.rss) - heap;
+  const std::int64_t files = i64(b.rss_file) + i64(b.rss_shmem);
+  o.put("{{\"schema\": \"lowtide-live\", \"schema_version\": 1, \"pid\": {}, \"uid\": {}, ", ::getpid(), ::geteuid());
+  o.put("\"answered\": {}, \"refused\": {}, \"measure_ms\": {:.3f},\n", answered.load(), refused.load(),
+        static_cast<double>(b.query_ns) / 1e6);
+  o.put(" \"memory\": {{\"rss\": {}, \"rss_source\": \"/proc/self/status VmRSS\", \"rss_anon\": {}, \"rss_file\": {}, "
+        "\"rss_shmem\": {},\n",
+        b.rss, b.rss_anon, b.rss_file, b.rss_shmem);
+  o.put("  \"small_resident\": {}, \"small_committed\": {}, \"small_peak_committed\": {}, \"small_used\": {},\n",
+        b.small_resident, b.small_committed, b.small_peak, b.small_used);
+  o.put("  \"large_live\": {}, \"large_usable\": {}, \"large_blocks\": {}, \"large_extents\": {}, "
+        "\"large_committed\": {}, \"large_list_missed\": {},\n",
+        b.large_live, b.large_usable, b.large_blocks, b.live_extents, b.large_committed, b.live_missed);
+  o.put("  \"cache\": {}, \"cache_committed\": {}, \"pending_release\": {}, \"pending_committed\": {},\n",
+        b.cache_resident, b.cache_bytes, b.pending_resident, b.pending_bytes);
+  o.put("  \"rest\": {}, \"rest_files\": {}, \"rest_other\": {}}},\n", rest, files, rest - files);
+  o.put(" \"report\": ");
+}
+
+void answer(int c) {
+  Send s{c, pal::now_ns() + kClientBudgetMs * 1'000'000u, false};
+  Breakdown b;
+  measure(&b);
+  char head[4096];
+  report::Out o(head, sizeof head);
+  put_head(o, b);
+  if (o.full()) return;
+  send_all(o.data(), o.size(), &s);
+  if (s.failed) return;
+  if (report::json_now(&send_all, &s) != 0) {
+    static constexpr char kNoMemory[] = "{\"error\": \"no memory for the report\"}";
+    send_all(kNoMemory, sizeof kNoMemory - 1, &s);
+  }
+  send_all("}\n", 2, &s);
+  if (!s.failed) answered.fetch_add(1, std::memory_order_relaxed);
+}
+
+void set_timeout(int c, int opt, int ms) {
+  timeval tv{ms / 1000, static_cast<suseconds_t>(ms % 1000) * 1000};
+  ::setsockopt(c, SOL_SOCKET, opt, &tv, sizeof tv);
+}
+
+// Reads the request line: "stats" (optionally "stats json"), at most 63
+// bytes, within kRecvTimeoutMs.
+bool read_request(int c) {
+  char req[64];
+  std::size_t n = 0;
+  while (n < sizeof req - 1) {
+    ssize_t r = ::recv(c, req + n, sizeof req - 1 - n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    n += static_cast<std::size_t>(r);
+    req[n] = '\0';
+    if (std::strchr(req, '\n') != nullptr) break;
+  }
+  req[n] = '\0';
+  return std::strcmp(req, "stats\n") == 0 || std::strcmp(req, "stats json\n") == 0;
+}
+
+void serve(int c) {
+  set_timeout(c, SO_RCVTIMEO, kRecvTimeoutMs);
+  set_timeout(c, SO_SNDTIMEO, kSendTimeoutMs);
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  // Our euid now, not at start: a daemon that drops privileges answers its
+  // new user (and root) from then on.
+  const uid_t me = ::geteuid();
+  if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || (cred.uid != me && cred.uid != 0)) {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    return;  // closed without a byte
+  }
+  if (read_request(c)) answer(c);
+}
+
+void* server_main(void* arg) {
+  pthread_setname_np(pthread_self(), "lowtide-live");
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  const int pid = g.pid;
+  for (;;) {
+    if (!still_ours(fd) || listen_fd.load() != fd) break;
+    int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of fds or memory: the pending client waits; try again later.
+        timespec ts{0, 100'000'000};
+        ::nanosleep(&ts, nullptr);
+        continue;
+      }
+      break;  // EBADF, ENOTSOCK, EINVAL: the fd is not our listening socket any more
+    }
+    client_fd.store(c);
+    if (static_cast<int>(::getpid()) == pid) serve(c);
+    client_fd.store(-1);
+    // shutdown ends the connection itself, also for a copy of the fd a
+    // fork inherited in the instant before client_fd was set.
+    ::shutdown(c, SHUT_RDWR);
+    ::close(c);
+  }
+  // Ours no more (closed, or its number reused by the program): leave the
+  // fd alone, it may be the program's now. Still ours after an unexpected
+  // accept error: closed, so the name does not outlive the server.
+  const bool ours = still_ours(fd);
+  int expected = fd;
+  if (listen_fd.compare_exchange_strong(expected, -1) && ours) ::close(fd);
+  return nullptr;
+}
+
+}  // namespace
+
+void start() {
+  if (g.secure || g.config.get(Opt::live) != 0) return;  // "on" is the first word
+  if (started.exchange(true)) return;
+  // The caller holds the decay thread's start lock, which fork's prepare
+  // handler takes too: no child inherits a listening fd not yet recorded.
+  int fd = open_socket();
+  if (fd < 0) return;
+  listen_fd.store(fd);
+  // Detached, all signals blocked (the caller's mask while it starts the
+  // decay thread). The stack grows as the decay thread's does when glibc
+  // refuses one the static TLS block does not fit in.
+  int rc = EINVAL;
+  for (std::size_t stack = std::size_t{256} << 10; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, stack);
+    pthread_t t;
+    rc = pthread_create(&t, &attr, &server_main, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
+    listen_fd.store(-1);
+    ::close(fd);
+  }
+}
+
+void fork_child() {
+  int fd = listen_fd.exchange(-1);
+  if (fd >= 0 && still_ours(fd)) ::close(fd);
+  int c = client_fd.exchange(-1);
+  if (c >= 0) ::close(c);
+  started.store(false);
+}
+
+}  // namespace lowtide::live

@@ -1,0 +1,31 @@
+// The live query: `lowtide stats PID` / `lowtide top PID` read a running
+// process's counters from outside, without a signal and without stopping it.
+//
+// A thread named lowtide-live waits in accept() on an abstract Unix socket,
+// "lowtide/<pid namespace inode>/<pid>", and answers one line ("stats\n")
+// from a peer of the same uid as our effective uid, or root (SO_PEERCRED),
+// with one JSON document: the live resident-memory breakdown and the JSON
+// report the exit report writes (report::json_now). Details and the reasons
+// for each rule: docs/design-notes.md ("The live query"), docs/security.md
+// ("The live socket").
+#pragma once
+
+namespace lowtide::live {
+
+// Called where the lowtide-decay thread has just been started (at a large
+// allocation, under the decay thread's start lock, which fork's prepare
+// handler also takes, and no other lowtide lock; every signal blocked, so
+// the new thread inherits a full mask): opens the socket and starts the server
+// thread, once per process, unless LOWTIDE_LIVE=off or the process is
+// AT_SECURE. Failures are silent (the process is then just not reachable;
+// docs/usage.md says when). Allocates only through glibc's pthread_create.
+void start();
+
+// The fork child handler: the listening socket and any connection being
+// answered belong to the parent, whose server thread does not exist here.
+// Closes them (close(2) only: async-signal-safe) so the child never holds
+// the parent's name alive; the child's own decay thread, when it starts,
+// opens a socket under the child's pid.
+void fork_child();
+
+}  // namespace lowtide::live
