@@ -18,7 +18,7 @@ namespace lowtide::stats {
 #define LT_COUNTER_ROW_COUNTER(name) name,
 #define LT_COUNTER_ROW_GAUGE(name)
 enum Counter : unsigned {
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) LT_COUNTER_ROW_##kind(name)
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) LT_COUNTER_ROW_##kind(name)
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT
   kCounters

@@ -16,7 +16,7 @@ std::uint64_t large_cached_bytes(const Snapshot&) { return cache::cached_bytes()
 void read_fields(const Snapshot& snap, std::uint64_t* out) {
 #define LT_VALUE_COUNTER(name) snap.total.c[Counter::name]
 #define LT_VALUE_GAUGE(name) gauge::name(snap)
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) *out++ = LT_VALUE_##kind(name);
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) *out++ = LT_VALUE_##kind(name);
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT
 #undef LT_VALUE_COUNTER
@@ -25,7 +25,7 @@ void read_fields(const Snapshot& snap, std::uint64_t* out) {
 
 const char* field_names() {
   static constexpr char kNames[] =
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) "," #name
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) "," #name
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT
       ;

@@ -15,31 +15,39 @@
 namespace lowtide::stats {
 
 enum class Kind : unsigned char { counter, gauge };
+enum class Unit : unsigned char { count, bytes };
 // The JSON report object that shows a field (lowtide_stats.def, `object`).
 enum class Object : unsigned char { none, totals_calls, totals_small, totals_large, large };
 
 struct Field {
   const char* name;
   Kind kind;
+  Unit unit;
   Object object;
   const char* key;     // its JSON key in `object`
   unsigned pos;        // its place there
+  const char* meaning;  // the table's one line (the Prometheus report's HELP)
   unsigned counter;    // its Counter; kCounters for a gauge
   std::size_t offset;  // in struct lowtide_stats
 };
 
 #define LT_KIND_COUNTER Kind::counter
 #define LT_KIND_GAUGE Kind::gauge
+#define LT_UNIT_COUNT Unit::count
+#define LT_UNIT_BYTES Unit::bytes
 #define LT_INDEX_COUNTER(name) Counter::name
 #define LT_INDEX_GAUGE(name) kCounters
 inline constexpr Field kFields[] = {
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) \
-  {#name, LT_KIND_##kind, Object::object, key, pos, LT_INDEX_##kind(name), offsetof(::lowtide_stats, name)},
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) \
+  {#name, LT_KIND_##kind, LT_UNIT_##unit, Object::object, key, pos, meaning, LT_INDEX_##kind(name), \
+   offsetof(::lowtide_stats, name)},
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT
 };
 #undef LT_KIND_COUNTER
 #undef LT_KIND_GAUGE
+#undef LT_UNIT_COUNT
+#undef LT_UNIT_BYTES
 #undef LT_INDEX_COUNTER
 #undef LT_INDEX_GAUGE
 inline constexpr unsigned kFieldCount = sizeof kFields / sizeof kFields[0];

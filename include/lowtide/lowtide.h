@@ -22,7 +22,7 @@ const char* lowtide_version(void);
  * counts of "out"/"freed" are usable sizes. */
 struct lowtide_stats {
   size_t size;
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) uint64_t name;
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) uint64_t name;
 #include "lowtide_stats.def"
 #undef LOWTIDE_STAT
 };
@@ -35,7 +35,8 @@ int lowtide_get_stats(struct lowtide_stats* stats);
  * build the struct at run time (python/lowtide.py). */
 const char* lowtide_stats_fields(void);
 
-enum { LOWTIDE_REPORT_CONFIGURED = 0, LOWTIDE_REPORT_TEXT = 1, LOWTIDE_REPORT_JSON = 2, LOWTIDE_REPORT_BOTH = 3 };
+enum { LOWTIDE_REPORT_CONFIGURED = 0, LOWTIDE_REPORT_TEXT = 1, LOWTIDE_REPORT_JSON = 2, LOWTIDE_REPORT_BOTH = 3,
+       LOWTIDE_REPORT_PROMETHEUS = 4 };
 
 /* Write a report now to path ("%p" = pid, "%%" = "%"; NULL = the configured
  * LOWTIDE_STATS_FILE, stderr by default). 0 on success, -1 with errno. */

@@ -45,7 +45,7 @@ _Static_assert(sizeof(struct lowtide_stats) >= sizeof(struct lowtide_stats_0_1),
 
 int main(void) {
   printf("sizeof %zu\n", sizeof(struct lowtide_stats));
-#define LOWTIDE_STAT(name, kind, object, key, pos, meaning) \
+#define LOWTIDE_STAT(name, kind, unit, object, key, pos, meaning) \
   printf("%s %zu %zu\n", #name, offsetof(struct lowtide_stats, name), sizeof(((struct lowtide_stats*)0)->name));
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT

@@ -1,0 +1,24 @@
+// The report for a process ended by SIGTERM or SIGINT under the default
+// action (docs/report.md, "Ended by a signal"). Where the disposition of
+// one is SIG_DFL when lowtide starts, lowtide's handler stands in for it:
+// it writes the exit-time report (the async-signal-safe path _exit uses),
+// restores SIG_DFL and raises the signal again, so the process ends exactly
+// as it would have (same wait status). It is invisible to the program:
+// sigaction() reports SIG_DFL where it stands, and a program that sets
+// SIG_DFL gets it back in its place; any other handler, or SIG_IGN,
+// replaces it as usual.
+#pragma once
+#include <csignal>
+
+namespace lowtide::sig {
+
+// From lowtide's constructor, when this process writes a report (never in
+// an AT_SECURE process).
+void install();
+
+// The interposed sigaction(2) (exports.cpp): glibc's, except that where
+// lowtide's handler stands in for SIG_DFL, that is what it shows, and
+// SIG_DFL asked for puts lowtide's handler back. Async-signal-safe.
+int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+
+}  // namespace lowtide::sig
