@@ -73,6 +73,7 @@ LT_EXPORT const char* lowtide_stats_fields(void) { return lowtide::stats::field_
 LT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
   return lowtide::sig::sigaction(sig, act, old);
 }
+LT_EXPORT lowtide::sig::Handler signal(int sig, lowtide::sig::Handler h) noexcept { return lowtide::sig::signal(sig, h); }
 LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtide::report::write(path, format); }
 LT_EXPORT size_t lowtide_release(void) { return lowtide::libc::release_now(); }
 

@@ -9,6 +9,8 @@
 // glibc's sigaction under its other public name (GLIBC_2.2.5): the one our
 // interposed sigaction forwards to, without dlsym.
 extern "C" int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+// glibc's signal() under another name of the same function.
+extern "C" void (*bsd_signal(int sig, void (*h)(int)))(int);
 
 namespace lowtide::sig {
 
@@ -88,6 +90,17 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
     }
   }
   return 0;
+}
+
+Handler signal(int sig, Handler h) {
+  if (!ours_to_take(sig) || !enabled.load(std::memory_order_relaxed)) return bsd_signal(sig, h);
+  struct sigaction act{}, old{};
+  act.sa_handler = h;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  if (sig::sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
 }
 
 }  // namespace lowtide::sig

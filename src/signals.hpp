@@ -21,4 +21,11 @@ void install();
 // SIG_DFL asked for puts lowtide's handler back. Async-signal-safe.
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 
+// The interposed signal(3) (glibc's calls its sigaction internally, past
+// ours): for SIGTERM and SIGINT, while our handler is in use, glibc's BSD
+// semantics (SA_RESTART, the signal blocked in its handler) through the
+// sigaction above; otherwise glibc's.
+using Handler = void (*)(int);
+Handler signal(int sig, Handler h);
+
 }  // namespace lowtide::sig
