@@ -13,6 +13,8 @@ LOWTIDE_DEBS=(
   # real programs of the 'real' suite: git, sqlite3, Python's own regression
   # tests (the `test` package beyond libregrtest)
   valgrind clang-14 libclang-rt-14-dev clang-tidy-14 cppcheck git sqlite3 libpython3.11-testsuite
+  # tests/stats: the Prometheus report read by the client library's parser
+  python3-prometheus-client
 )
 
 lowtide_missing_debs() {
