@@ -511,6 +511,7 @@ void on_fork_child() {
   // a report it was writing in the parent is not this process's.
   periodic_busy.store(false);
   exit_started.store(false);
+  api_fallback_busy.store(false);  // likewise a report of another thread
   start_ns = pal::now_ns();
 }
 
