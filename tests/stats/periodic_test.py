@@ -132,6 +132,41 @@ def case_bad_interval(a, tmp):
           f"interval with the report off: {err!r}")
 
 
+PY_FORK = r"""
+import os, sys, time
+def threads():
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{t}/comm") as f:
+            names.append(f.read().strip())
+    return sorted(n for n in names if n == "lowtide-report")
+print("parent", threads(), flush=True)
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.35)
+    print("child", threads(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def case_fork(a, tmp):
+    """The thread is not copied by fork: a forked child that writes its own
+    report (%p) starts its own; one that writes none (no %p) has no thread."""
+    for name, child_has in (("r.%p.json", True), ("r.json", False)):
+        env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, name),
+                        LOWTIDE_STATS_INTERVAL="100ms")
+        rc, out, err = run(["/usr/bin/python3", "-c", PY_FORK], env)
+        check(rc == 0 and err == "", f"{name}: status {rc}, stderr {err!r}")
+        want = ("parent ['lowtide-report']\nchild " + ("['lowtide-report']" if child_has else "[]") + "\n")
+        check(out == want, f"{name}: threads {out!r}, want {want!r}")
+        files = sorted(os.listdir(tmp))
+        check(len(files) == (2 if child_has else 1), f"{name}: reports {files}")
+        for f in files:
+            check_schema(json.load(open(os.path.join(tmp, f))))
+            os.unlink(os.path.join(tmp, f))
+
+
 # --- Prometheus ---------------------------------------------------------------
 
 NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
