@@ -433,7 +433,7 @@ int write_impl(const char* path, int format, const Context& ctx) {
         errno = ECANCELED;  // the final report is being written: leave the file to it
         rc = -1;
       } else {
-        rc = write_path(path, buf, len, g.secure, pb);
+        rc = write_path(path, buf, len, g.secure, pb, ctx.periodic);
       }
     }
   }

@@ -110,6 +110,23 @@ def case_interval_prom(a, tmp):
     check(len(seen) >= 5, f"rewritten: {len(seen)} distinct reports in {reads} reads")
 
 
+def case_interval_unwritable(a, tmp):
+    """A periodic report that cannot be written warns once and is not
+    dumped on stderr every interval; the exit-time report still falls back
+    to stderr, as always."""
+    path = os.path.join(tmp, "no-such-dir", "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path, LOWTIDE_STATS_INTERVAL="100ms")
+    rc, out, err = run([a.prog, "spin", "1", "0"], env)
+    check(rc == 0, f"exit status {rc}")
+    warnings = [ln for ln in err.splitlines() if ln.startswith("lowtide: warning:")]
+    want = [f"lowtide: warning: cannot write the periodic report to '{path}' (No such file or directory); "
+            "not retried on stderr, the exit-time report will be",
+            f"lowtide: warning: cannot write the report to '{path}' (No such file or directory); "
+            "writing it to stderr instead"]
+    check(warnings == want, f"one warning for the periodic reports, one for the exit-time one: {warnings}")
+    check(err.count('"schema": "lowtide-report"') == 1, "only the exit-time report on stderr")
+
+
 def case_bad_interval(a, tmp):
     for value, why in (("20ms", "below the minimum"), ("2d", "not a duration (e.g. 500ms, 10s, 2m)"),
                        ("-1s", "not a duration (e.g. 500ms, 10s, 2m)"),
