@@ -54,7 +54,7 @@ def _struct(fields):
 # library's (lowtide is preloaded, so it cannot appear later in the process).
 STATS_FIELDS = _library_fields() or _FIELDS_BEFORE_NAMES
 
-_FORMATS = {"configured": 0, "text": 1, "json": 2, "both": 3}
+_FORMATS = {"configured": 0, "text": 1, "json": 2, "both": 3, "prometheus": 4}
 
 
 class NotActive(RuntimeError):
@@ -128,7 +128,8 @@ def release():
 def report(path=None, format="json"):
     """Write a report now. path: a file name ("%p" = pid, "%%" = "%"),
     "stderr", or None for LOWTIDE_STATS_FILE (stderr when unset).
-    format: "text", "json", "both", or "configured" (LOWTIDE_STATS's).
+    format: "text", "json", "both", "prometheus", or "configured" (LOWTIDE_STATS's;
+    Prometheus for a name ending in .prom).
     Raises OSError when the file could not be written (lowtide then wrote
     the report to stderr)."""
     lib = _need()

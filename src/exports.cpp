@@ -10,6 +10,7 @@
 
 #include "libc.hpp"
 #include "report.hpp"
+#include "signals.hpp"
 #include "stats_table.hpp"
 #include "lowtide/lowtide.h"
 
@@ -69,6 +70,10 @@ LT_EXPORT int __posix_memalign(void** out, size_t align, size_t n) noexcept {
 LT_EXPORT const char* lowtide_version(void) { return LOWTIDE_VERSION; }
 LT_EXPORT int lowtide_get_stats(struct lowtide_stats* s) { return lowtide::libc::get_stats(s); }
 LT_EXPORT const char* lowtide_stats_fields(void) { return lowtide::stats::field_names(); }
+LT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
+  return lowtide::sig::sigaction(sig, act, old);
+}
+LT_EXPORT lowtide::sig::Handler signal(int sig, lowtide::sig::Handler h) noexcept { return lowtide::sig::signal(sig, h); }
 LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtide::report::write(path, format); }
 LT_EXPORT size_t lowtide_release(void) { return lowtide::libc::release_now(); }
 

@@ -15,7 +15,9 @@
 #include "large_path.hpp"
 #include "live.hpp"
 #include "route.hpp"
+#include "periodic.hpp"
 #include "report.hpp"
+#include "signals.hpp"
 #include "sites.hpp"
 #include "small_path.hpp"
 #include "stats.hpp"
@@ -72,6 +74,7 @@ void after_fork_child() {
   report::on_fork_child();
   limit::fork_child();
   live::fork_child();
+  periodic::on_fork_child();  // last: a thread started once all is reset
 }
 
 void init_once() {
@@ -156,6 +159,9 @@ __attribute__((constructor)) void lowtide_constructor() {
   // Here and not at first-call init: dlopen inside a malloc call can
   // deadlock on the loader's lock. Blocks allocated before this get no site.
   sites::start();
+  // The report's helpers, only when this process writes a report.
+  sig::install();
+  periodic::start();
 }
 
 // Runs after the host's own exit work (Python's atexit handlers and

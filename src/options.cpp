@@ -5,10 +5,11 @@
 namespace lowtide {
 
 namespace {
-const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both"};
+const char* const kStatsWords[] = {"off", "0", "on", "1", "text", "json", "both", "prometheus"};
 const char* const kOnOff[] = {"on", "off"};
 const char* const kHugeWords[] = {"on", "off", "advise"};
 const char* const kCgroup[] = {"cgroup"};
+const char* const kOff[] = {"off"};
 }
 
 StatsMode stats_mode(std::uint64_t i) {
@@ -16,6 +17,7 @@ StatsMode stats_mode(std::uint64_t i) {
     case 2: case 3: case 4: return StatsMode::text;
     case 5: return StatsMode::json;
     case 6: return StatsMode::both;
+    case 7: return StatsMode::prometheus;
     default: return StatsMode::off;
   }
 }
@@ -24,7 +26,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_CUTOFF", OptKind::size, "128KiB", 4096, std::uint64_t{1} << 40, nullptr, 0, "size"},
     {"LOWTIDE_RESERVE", OptKind::size, "1TiB", std::uint64_t{64} << 20, std::uint64_t{64} << 40,
      nullptr, 0, "size"},
-    {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 7, "choice"},
+    {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 8, "choice"},
     {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0, "path"},
     {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0, "size"},
     {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0, "milliseconds"},
@@ -38,6 +40,8 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_DECAY_MIN_MS", OptKind::size, "50", 1, 3'600'000, nullptr, 0, "milliseconds"},
     {"LOWTIDE_SITES_PYTHON", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
     {"LOWTIDE_LIVE", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    // Milliseconds; "off" (kSizeWord) = no periodic report.
+    {"LOWTIDE_STATS_INTERVAL", OptKind::size, "off", 100, 86'400'000, kOff, 1, "duration"},
 };
 
 namespace {
@@ -67,6 +71,14 @@ bool parse_text(const OptionSpec& spec, const char* text, std::uint64_t* out, co
   return true;
 }
 
+// A duration option (its unit "duration"): milliseconds, read with units.
+bool is_duration(const OptionSpec& spec) {
+  const char* u = spec.unit;
+  const char* d = "duration";
+  while (*d != '\0' && *u == *d) ++u, ++d;
+  return *d == '\0' && *u == '\0';
+}
+
 // A size, a plain count or a number of milliseconds, within [min, max].
 bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
   if (spec.kind == OptKind::count) {
@@ -79,10 +91,13 @@ bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, 
     }
   }
   std::uint64_t v = 0;
-  switch (parse_size(text, &v)) {
+  const bool duration = is_duration(spec);
+  switch (duration ? parse_duration_ms(text, &v) : parse_size(text, &v)) {
     case ParseStatus::ok: break;
     case ParseStatus::empty: *reason = "is empty"; return false;
-    case ParseStatus::garbage: *reason = "is not a size (e.g. 1M, 512KiB, 1048576)"; return false;
+    case ParseStatus::garbage:
+      *reason = duration ? "is not a duration (e.g. 500ms, 10s, 2m)" : "is not a size (e.g. 1M, 512KiB, 1048576)";
+      return false;
     case ParseStatus::overflow: *reason = "is too large"; return false;
   }
   if (v < spec.min) {
@@ -152,13 +167,17 @@ void describe_valid(const OptionSpec& spec, char* buf, unsigned cap) {
     case OptKind::count: {
       // Byte sizes in binary units; plain numbers (counts, milliseconds) as digits.
       const bool bytes = spec.kind == OptKind::size && spec.unit[0] == 's';
+      const bool duration = is_duration(spec);
       if (spec.kind == OptKind::size && spec.nchoices != 0) {
         put(spec.choices[0]);
         put(" or ");
       }
-      put(bytes ? format_size(spec.min, a, sizeof a) : format_count(spec.min, a, sizeof a));
+      auto show = [&](std::uint64_t v, char* buf, unsigned n) {
+        return bytes ? format_size(v, buf, n) : duration ? format_duration_ms(v, buf, n) : format_count(v, buf, n);
+      };
+      put(show(spec.min, a, sizeof a));
       put(" to ");
-      put(bytes ? format_size(spec.max, b, sizeof b) : format_count(spec.max, b, sizeof b));
+      put(show(spec.max, b, sizeof b));
       break;
     }
   }

@@ -8,7 +8,7 @@
 namespace lowtide {
 
 enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
-                       limit, cgroup_root, decay_min_ms, sites_python, live, count };
+                       limit, cgroup_root, decay_min_ms, sites_python, live, stats_interval, count };
 
 enum class OptKind { size, choice, text, count };  // count: a plain whole number
 
@@ -39,7 +39,7 @@ struct Config {
 };
 
 // LOWTIDE_STATS's words, in table order, and what each means.
-enum class StatsMode : unsigned { off = 0, text = 1, json = 2, both = 3 };
+enum class StatsMode : unsigned { off = 0, text = 1, json = 2, both = 3, prometheus = 4 };
 StatsMode stats_mode(std::uint64_t choice_index);
 
 // What the option accepts, for warnings and the docs: "4 KiB to 1 TiB",

@@ -12,6 +12,11 @@ enum class ParseStatus { ok, empty, garbage, overflow };
 // surrounding spaces allowed. "1M", "1MiB", "512K", "1048576".
 ParseStatus parse_size(const char* s, std::uint64_t* out);
 
+// A duration in milliseconds: decimal digits with an optional unit "ms",
+// "s", "m" or "h" (any case; a bare number is milliseconds), spaces allowed
+// around the value and before the unit. "500ms", "10s", "2m", "250".
+ParseStatus parse_duration_ms(const char* s, std::uint64_t* out);
+
 // A choice among words: returns the index of the matching word (case
 // insensitive) or -1.
 int parse_choice(const char* s, const char* const* words, int nwords);
@@ -19,6 +24,9 @@ int parse_choice(const char* s, const char* const* words, int nwords);
 // Format a size the way parse_size reads it back (e.g. "1 MiB", "512 KiB",
 // "1000 B") into buf; returns buf.
 const char* format_size(std::uint64_t v, char* buf, unsigned cap);
+// Format milliseconds the way parse_duration_ms reads them back, in the
+// largest unit that divides them ("100 ms", "10 s", "2 m", "24 h").
+const char* format_duration_ms(std::uint64_t ms, char* buf, unsigned cap);
 // v in decimal digits into buf (NUL-terminated, cut to cap); returns buf.
 const char* format_count(std::uint64_t v, char* buf, unsigned cap);
 

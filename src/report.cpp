@@ -19,6 +19,7 @@
 #include "platform.hpp"
 #include "report_file.hpp"
 #include "report_out.hpp"
+#include "report_prom.hpp"
 #include "report_sites.hpp"
 #include "route.hpp"
 #include "state.hpp"
@@ -55,6 +56,21 @@ alignas(64) char exit_fallback[kFallback];
 alignas(64) char api_fallback[kFallback];
 std::atomic<bool> api_fallback_busy{false};
 
+// The periodic report (periodic.cpp's thread) against the final one: the
+// exit path sets exit_started, then waits while periodic_busy, so the file
+// holds the final report, not a periodic one renamed over it a moment
+// later, and the final report does not find the registry lock held by our
+// own thread (it would call itself partial). A periodic report starting
+// after exit_started writes nothing. Both sequentially consistent: of the
+// two stores, at least one side sees the other's.
+std::atomic<bool> exit_started{false};
+std::atomic<bool> periodic_busy{false};
+// How long the exit path waits for a periodic report under way. It is
+// normally done in milliseconds; the bound covers one stuck on a lock held
+// by the code an exiting signal handler interrupted (it never finishes: the
+// final report goes ahead, and the process ends before that one could).
+constexpr std::uint64_t kPeriodicWaitNs = 2'000'000'000;
+
 std::uint64_t status_kib(const char* buf, const char* key) {
   const char* at = std::strstr(buf, key);
   if (at == nullptr) return 0;
@@ -67,6 +83,7 @@ std::uint64_t status_kib(const char* buf, const char* key) {
 struct Context {
   bool at_exit;     // from the exit path: take no lock that may be held
   bool demangle;    // may call malloc (C++ names demangled); not from _exit
+  bool periodic = false;  // from the periodic thread: gives way to the exit path
 };
 
 struct Data {
@@ -351,12 +368,23 @@ void format_json(Out& o, const Data& d, const Context& ctx) {
   o.put("}}\n");
 }
 
-int format_from_config() {
+// A name ending in ".prom" (node_exporter's textfile collector reads only
+// those) is always written in the Prometheus format.
+int format_from_config(const char* path) {
+  std::size_t n = path != nullptr ? std::strlen(path) : 0;
+  if (n >= 5 && std::strcmp(path + n - 5, ".prom") == 0) return kPrometheus;
   switch (stats_mode(g.config.get(Opt::stats))) {
     case StatsMode::json: return kJson;
     case StatsMode::both: return kBoth;
+    case StatsMode::prometheus: return kPrometheus;
     default: return kText;
   }
+}
+
+void format_prom(Out& o, const Data& d) {
+  PromData p{d.fields, static_cast<long>(::getpid()), d.uptime_s, d.rss, d.peak_rss, limit::current(), dropped(),
+             d.snap.partial};
+  format_prometheus(o, p);
 }
 
 bool has_pid_pattern(const char* pattern) {
@@ -368,8 +396,8 @@ bool has_pid_pattern(const char* pattern) {
 }
 
 int write_impl(const char* path, int format, const Context& ctx) {
-  if (format == 0) format = format_from_config();
-  if (format < kText || format > kBoth) {
+  if (format == 0) format = format_from_config(path);
+  if (format < kText || format > kPrometheus) {
     errno = EINVAL;
     return -1;
   }
@@ -403,12 +431,21 @@ int write_impl(const char* path, int format, const Context& ctx) {
         format_text(text, *d, ctx);
         len = text.size();
       }
-      if (format & kJson) {
+      if (format == kPrometheus) {
+        Out prom(buf, room);
+        format_prom(prom, *d);
+        len = prom.size();
+      } else if (format & kJson) {
         Out json(buf + len, room - len);
         format_json(json, *d, ctx);
         len += json.size();
       }
-      rc = write_path(path, buf, len, g.secure, pb);
+      if (ctx.periodic && exit_started.load()) {
+        errno = ECANCELED;  // the final report is being written: leave the file to it
+        rc = -1;
+      } else {
+        rc = write_path(path, buf, len, g.secure, pb, ctx.periodic);
+      }
     }
   }
   if (api_buffer) api_fallback_busy.store(false, std::memory_order_release);
@@ -441,18 +478,42 @@ int json_now(Sink sink, void* arg) {
   return 0;
 }
 
-void at_exit(bool from_exit_call) {
-  if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return;
+bool this_process_reports() {
+  if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return false;
   // Never in the wrong process: a vfork child (shares our memory, must not
   // lock or allocate) has another pid and stops here.
-  if (static_cast<int>(::getpid()) != g.pid) return;
-  if (g.mode.load(std::memory_order_acquire) != kReady) return;
-  const char* path = g.config.str(Opt::stats_file);
+  if (static_cast<int>(::getpid()) != g.pid) return false;
+  if (g.mode.load(std::memory_order_acquire) != kReady) return false;
   // Children (forked, or exec'd with our variables inherited) report only
   // into files of their own.
-  if ((forked_child || exec_child) && !has_pid_pattern(path)) return;
+  return !((forked_child || exec_child) && !has_pid_pattern(g.config.str(Opt::stats_file)));
+}
+
+int write_periodic() {
+  if (!this_process_reports()) return 0;
+  periodic_busy.store(true);
+  int rc = 0;
+  if (!exit_started.load()) {
+    int saved = errno;
+    rc = write_impl(g.config.str(Opt::stats_file), 0, Context{false, false, true});
+    errno = saved;
+  }
+  periodic_busy.store(false);
+  return rc;
+}
+
+void at_exit(bool from_exit_call) {
+  if (!this_process_reports()) return;
+  const char* path = g.config.str(Opt::stats_file);
   if (reported.exchange(true)) return;
   int saved = errno;
+  // Let a periodic report under way finish first (see exit_started).
+  // nanosleep and atomics only: this may run in a signal handler.
+  exit_started.store(true);
+  for (std::uint64_t waited = 0; periodic_busy.load() && waited < kPeriodicWaitNs; waited += 1'000'000) {
+    timespec ms{0, 1'000'000};
+    nanosleep(&ms, nullptr);
+  }
   // _exit may be called from a signal handler that interrupted malloc:
   // then not even the demangler (which mallocs) runs.
   write_impl(path, 0, Context{true, !from_exit_call});
@@ -476,6 +537,11 @@ void on_start() {
 void on_fork_child() {
   forked_child = true;
   reported.store(false);
+  // The periodic thread does not exist here (fork copies only the caller);
+  // a report it was writing in the parent is not this process's.
+  periodic_busy.store(false);
+  exit_started.store(false);
+  api_fallback_busy.store(false);  // likewise a report of another thread
   start_ns = pal::now_ns();
 }
 

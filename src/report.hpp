@@ -5,7 +5,7 @@
 
 namespace lowtide::report {
 
-enum Format : int { kText = 1, kJson = 2, kBoth = 3 };
+enum Format : int { kText = 1, kJson = 2, kBoth = 3, kPrometheus = 4 };
 
 // Write a report now. path: nullptr = the configured LOWTIDE_STATS_FILE
 // (stderr by default); "%p" and "%%" are expanded. format 0 = as configured
@@ -27,6 +27,17 @@ int json_now(Sink sink, void* arg);
 // Takes no lock another thread or the interrupted code may hold, and never
 // calls malloc from _exit (docs/security.md).
 void at_exit(bool from_exit_call);
+
+// Whether this process writes the configured report (on, and the owner or
+// a child with a file of its own: docs/report.md, "Which processes write
+// one"). The periodic report and the signal handlers follow it.
+bool this_process_reports();
+
+// The periodic report (periodic.cpp's thread): the configured report,
+// written now unless the exit-time report has started (which it then never
+// overwrites). Waits for the registry lock like lowtide_write_report, so it
+// is never partial; calls no malloc (C++ names stay mangled).
+int write_periodic();
 
 // Constructor-time bookkeeping: start time, and the owner-pid marker that
 // tells exec'd children they are children.

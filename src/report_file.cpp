@@ -194,11 +194,20 @@ bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
 // a regular file is never written through a link (write_through).
 bool may_follow(const struct stat& link) { return link.st_uid == ::geteuid() || link.st_uid == 0; }
 
-int failed(const char* target, const char* why, const char* body, std::size_t n) {
+std::atomic<bool> warned_periodic{false};
+
+// A report that cannot be written: one warning and the body on stderr; a
+// periodic one (rewritten every interval) only warns, once per process.
+int failed(const char* target, const char* why, const char* body, std::size_t n, bool periodic) {
   int e = errno;
-  log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target,
-            why != nullptr ? why : std::strerror(e));
-  write_stderr(body, n);
+  if (!periodic) {
+    log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target,
+              why != nullptr ? why : std::strerror(e));
+    write_stderr(body, n);
+  } else if (!warned_periodic.exchange(true)) {
+    log::warn("cannot write the periodic report to '{}' ({}); not retried on stderr, the exit-time report will be",
+              target, why != nullptr ? why : std::strerror(e));
+  }
   errno = e;
   return -1;
 }
@@ -223,7 +232,7 @@ int write_stderr(const char* body, std::size_t n) {
   return write_all(2, body, n) ? 0 : -1;
 }
 
-int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb) {
+int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb, bool periodic) {
   if (is_stderr(path)) return write_stderr(body, n);
   if (secure) {
     // docs/security.md: a setuid/setgid process writes no file.
@@ -232,23 +241,23 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   }
   if (pb == nullptr) {
     errno = ENOMEM;
-    return failed(path, nullptr, body, n);
+    return failed(path, nullptr, body, n, periodic);
   }
   if (!expand_path(path, pb->target)) {
     errno = ENAMETOOLONG;
-    return failed(path, nullptr, body, n);
+    return failed(path, nullptr, body, n, periodic);
   }
   dir_of(pb->target, pb->dir);
   struct stat lst;
   if (::lstat(pb->target, &lst) != 0) {
     if (errno == ENOENT && create_new(pb, body, n)) return 0;
-    return failed(pb->target, nullptr, body, n);
+    return failed(pb->target, nullptr, body, n, periodic);
   }
   bool ok;
   if (S_ISLNK(lst.st_mode)) {
     if (!may_follow(lst)) {
       errno = EACCES;
-      return failed(pb->target, "a symlink of another user: not followed", body, n);
+      return failed(pb->target, "a symlink of another user: not followed", body, n, periodic);
     }
     ok = write_through(pb, body, n, true);
   } else if (S_ISREG(lst.st_mode)) {
@@ -259,7 +268,7 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   } else {
     ok = write_through(pb, body, n, false);
   }
-  return ok ? 0 : failed(pb->target, nullptr, body, n);
+  return ok ? 0 : failed(pb->target, nullptr, body, n, periodic);
 }
 
 std::uint64_t dropped() { return n_dropped.load(std::memory_order_relaxed); }

@@ -40,9 +40,10 @@ struct PathBuf {
 };
 
 // Write body to `path` ("%p" = pid, "%%" = '%'), as above. On failure writes
-// one warning, and the body to fd 2 when it is writable; returns -1 with
-// errno set.
-int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb);
+// one warning, and the body to fd 2 when it is writable (`periodic`: a
+// report rewritten every interval, only one warning per process and no
+// body); returns -1 with errno set.
+int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb, bool periodic = false);
 
 // "%p" -> pid, "%%" -> "%" of pattern into out[kPathMax], NUL-terminated;
 // false (out unspecified) when the result would not fit.

@@ -317,7 +317,6 @@ void read_row(Snapshot* snap, ThreadRow* folded, const Slot* s) {
     r->tid = s->tid;
     r->alive = s->alive != 0;
     std::memcpy(r->name, s->name, sizeof r->name);
-    if (r->alive) read_name(s->tid, r->name);  // the name it has now
     add_counts(r, c, h);
   } else {
     folded->folded += 1;
@@ -377,6 +376,11 @@ void snapshot(Snapshot* snap, bool try_only) {
   snap->large_live = large_live.load(std::memory_order_relaxed);
   snap->large_peak = large_peak.load(std::memory_order_relaxed);
   if (locked) pthread_mutex_unlock(&mu);
+  // A living thread's name is the one it has now: read after the lock is
+  // released, since it costs a file read per thread (a periodic report must
+  // not hold up thread starts and exits that long).
+  for (std::size_t i = 0; i < snap->nrows; ++i)
+    if (snap->rows[i].alive && snap->rows[i].folded == 0) read_name(snap->rows[i].tid, snap->rows[i].name);
 }
 
 void init() {

@@ -27,6 +27,7 @@ struct Field {
   const char* key;     // its JSON key in `object`
   unsigned pos;        // its place there
   const char* label;   // its name in the text report ("" = none)
+  const char* meaning;  // the table's one line (the Prometheus report's HELP)
   unsigned counter;    // its Counter; kCounters for a gauge
   std::size_t offset;  // in struct lowtide_stats
 };
@@ -40,7 +41,7 @@ struct Field {
 #define LT_INDEX_GAUGE(name) kCounters
 inline constexpr Field kFields[] = {
 #define LOWTIDE_STAT(name, kind, unit, object, key, pos, label, meaning) \
-  {#name, LT_KIND_##kind, LT_UNIT_##unit, Object::object, key, pos, label, LT_INDEX_##kind(name), \
+  {#name, LT_KIND_##kind, LT_UNIT_##unit, Object::object, key, pos, label, meaning, LT_INDEX_##kind(name), \
    offsetof(::lowtide_stats, name)},
 #include "lowtide/lowtide_stats.def"
 #undef LOWTIDE_STAT

@@ -8,7 +8,7 @@ from . import locate
 DESCRIPTION = """\
 lowtide: run programs under the lowtide allocator and look at what it did.
 
-  lowtide run [--cutoff SIZE] [--stats text|json|both] [--stats-file PATH] -- CMD ARGS...
+  lowtide run [--cutoff SIZE] [--stats text|json|both|prometheus] [--stats-file PATH] -- CMD ARGS...
   lowtide lib
   lowtide compare [--with glibc,jemalloc,mimalloc,tcmalloc] [--out DIR] -- CMD ARGS...
   lowtide report [--json] [--flame OUT.svg] [--collapsed OUT.txt] [--flame-of peak|total] FILE...
@@ -41,7 +41,7 @@ def parser():
                        usage="lowtide run [options] -- CMD [ARGS...]")
     r.add_argument("--cutoff", metavar="SIZE", help="LOWTIDE_CUTOFF: blocks this large and larger take "
                                                     "the large path (e.g. 512K, 1MiB)")
-    r.add_argument("--stats", choices=["text", "json", "both"],
+    r.add_argument("--stats", choices=["text", "json", "both", "prometheus"],
                    help="LOWTIDE_STATS: write a report at exit in this format")
     r.add_argument("--stats-file", metavar="PATH",
                    help="LOWTIDE_STATS_FILE: where the report goes (%%p = pid); without --stats, "

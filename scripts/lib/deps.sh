@@ -26,6 +26,8 @@ LOWTIDE_TEST_DEBS=(
   valgrind clang-14 libclang-rt-14-dev clang-tidy-14 cppcheck git sqlite3 libpython3.11-testsuite
   # tests/install: pip install into a virtualenv, offline (meson-python)
   python3-venv python3-pip python3-mesonpy
+  # tests/stats: the Prometheus report read by the client library's parser
+  python3-prometheus-client
 )
 
 # Everything, for callers that do not choose.

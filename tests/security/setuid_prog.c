@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/auxv.h>
 #include <unistd.h>
 
@@ -20,8 +21,22 @@ static struct lowtide_stats stats(void) {
   return s;
 }
 
+/* Whether SIGTERM and SIGINT have a handler, as the kernel sees it (the
+ * SigCgt mask of /proc/self/status): lowtide installs one for its report
+ * only when the report is on, never in an AT_SECURE process. */
+static int term_int_caught(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long mask = 0;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, "SigCgt:", 7) == 0) mask = strtoull(line + 7, NULL, 16);
+  if (f != NULL) fclose(f);
+  return (int)((mask >> (SIGTERM - 1)) & 1) + (int)((mask >> (SIGINT - 1)) & 1);
+}
+
 int main(void) {
   printf("at_secure %lu\n", getauxval(AT_SECURE));
+  printf("term_int_caught %d\n", term_int_caught());
   printf("uid %d euid %d\n", (int)getuid(), (int)geteuid());
   /* An 8 KiB block: small at the default cutoff (128 KiB); large if
    * LOWTIDE_CUTOFF=4096 were obeyed. volatile: the call must happen. */

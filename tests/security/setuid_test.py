@@ -65,6 +65,7 @@ def case(args, tmp):
           f"control run: MIMALLOC_VERBOSE/SHOW_STATS print on stderr: {err[:300]!r}")
     check(facts.get("large_maps_for_8k") == "1", f"control run: LOWTIDE_CUTOFF=4096 makes 8 KiB large: {facts}")
     check(os.path.exists(report), "control run: LOWTIDE_STATS_FILE report written")
+    check(facts.get("term_int_caught") == "2", f"control run: lowtide's SIGTERM/SIGINT handlers installed: {facts}")
     if os.path.exists(report):
         os.unlink(report)
 
@@ -80,6 +81,7 @@ def case(args, tmp):
     check(facts.get("large_maps_for_8k") == "0", f"secure run: LOWTIDE_CUTOFF ignored: {facts}")
     check(err == "", f"secure run: nothing at all on stderr: {err[:600]!r}")
     check(not os.path.exists(report), f"secure run: no report file written ({report})")
+    check(facts.get("term_int_caught") == "0", f"secure run: no signal handler installed: {facts}")
 
 
 def main():

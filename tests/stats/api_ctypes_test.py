@@ -93,10 +93,19 @@ with tempfile.TemporaryDirectory(prefix="lowtide-api-") as tmp:
     check(lib.lowtide_write_report(tpath.encode(), 1) == 0, "lowtide_write_report text")
     with open(tpath) as f:
         check(f.read().startswith("==== lowtide "), "on-demand text")
+    # LOWTIDE_REPORT_PROMETHEUS (4), whatever the name; format 0 picks it for a ".prom" name.
+    ppath = os.path.join(tmp, "now.metrics")
+    check(lib.lowtide_write_report(ppath.encode(), 4) == 0, "lowtide_write_report prometheus")
+    with open(ppath) as f:
+        check(f.read().startswith("# HELP lowtide_info "), "on-demand Prometheus text")
+    check(lib.lowtide_write_report(os.path.join(tmp, "now.prom").encode(), 0) == 0, "format 0 to a .prom file")
+    with open(os.path.join(tmp, "now.prom")) as f:
+        check(f.read().startswith("# HELP lowtide_info "), "a .prom file gets the Prometheus text")
     ctypes.set_errno(0)
-    check(lib.lowtide_write_report(tpath.encode(), 4) == -1 and ctypes.get_errno() == errno.EINVAL,
-          "format 4 -> -1 EINVAL")
-    check(sorted(os.listdir(tmp)) == sorted(["now.txt", f"now.{os.getpid()}.json"]), "no temporary files left")
+    check(lib.lowtide_write_report(tpath.encode(), 5) == -1 and ctypes.get_errno() == errno.EINVAL,
+          "format 5 -> -1 EINVAL")
+    check(sorted(os.listdir(tmp)) == sorted(["now.txt", "now.metrics", "now.prom", f"now.{os.getpid()}.json"]),
+          "no temporary files left")
 
 # malloc_stats() and the configured format (0) with stats off: text on stderr.
 env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}

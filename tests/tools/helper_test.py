@@ -80,6 +80,11 @@ with tempfile.TemporaryDirectory(prefix="lowtide-helper-") as tmp:
     with open(os.path.join(tmp, "b.txt")) as f:
         t = f.read()
         check(t.startswith("==== lowtide ") and '\n{"schema": "lowtide-report"' in t, "report(format='both')")
+    lowtide.report(os.path.join(tmp, "p.txt"), format="prometheus")
+    with open(os.path.join(tmp, "p.txt")) as f:
+        t = f.read()
+        check(t.startswith("# HELP lowtide_info ") and "\nlowtide_large_maps_total{pid=\"%d\"} " % os.getpid() in t,
+              "report(format='prometheus')")
     try:
         lowtide.report(os.path.join(tmp, "x"), format="xml")
         check(False, "format='xml' rejected")

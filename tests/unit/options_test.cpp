@@ -106,6 +106,8 @@ TEST_CASE("describe_valid names what each kind accepts") {
   CHECK(std::string(buf) == "on, off, advise");
   describe_valid(*find_option("LOWTIDE_STATS_FILE"), buf, sizeof buf);
   CHECK(std::string(buf) == "1 to 1023 bytes");
+  describe_valid(*find_option("LOWTIDE_STATS_INTERVAL"), buf, sizeof buf);
+  CHECK(std::string(buf) == "off or 100 ms to 24 h");
   describe_valid(*find_option("LOWTIDE_CUTOFF"), buf, 6);
   CHECK(std::string(buf) == "4 KiB");
   CHECK(find_option("LOWTIDE_CUTOF") == nullptr);
@@ -167,6 +169,23 @@ TEST_CASE("every option: empty, garbage, negative, huge and overflowing values w
       CHECK(std::string(c.text[i]) == defaults.text[i]);
     }
   }
+}
+
+TEST_CASE("LOWTIDE_STATS_INTERVAL takes a duration or off; LOWTIDE_STATS takes prometheus") {
+  CHECK(load({}).get(Opt::stats_interval) == kSizeWord);
+  CHECK(load({"LOWTIDE_STATS_INTERVAL=10s"}).get(Opt::stats_interval) == 10'000);
+  CHECK(load({"LOWTIDE_STATS_INTERVAL=500ms"}).get(Opt::stats_interval) == 500);
+  CHECK(load({"LOWTIDE_STATS_INTERVAL=1m"}).get(Opt::stats_interval) == 60'000);
+  CHECK(load({"LOWTIDE_STATS_INTERVAL=OFF"}).get(Opt::stats_interval) == kSizeWord);
+  CHECK(warnings.empty());
+  for (const char* bad : {"LOWTIDE_STATS_INTERVAL=99ms", "LOWTIDE_STATS_INTERVAL=25h", "LOWTIDE_STATS_INTERVAL=0",
+                          "LOWTIDE_STATS_INTERVAL=10 sec", "LOWTIDE_STATS_INTERVAL=1.5s"}) {
+    INFO(bad);
+    CHECK(load({bad}).get(Opt::stats_interval) == kSizeWord);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].rfind("LOWTIDE_STATS_INTERVAL|", 0) == 0);
+  }
+  CHECK(stats_mode(load({"LOWTIDE_STATS=prometheus"}).get(Opt::stats)) == StatsMode::prometheus);
 }
 
 TEST_CASE("a bad value for one option leaves the others as set") {

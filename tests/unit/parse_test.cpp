@@ -2,6 +2,8 @@
 
 #include "parse.hpp"
 
+using lowtide::format_duration_ms;
+using lowtide::parse_duration_ms;
 using lowtide::parse_size;
 using lowtide::ParseStatus;
 
@@ -81,4 +83,39 @@ TEST_CASE("format_size round-trips through parse_size") {
   }
   CHECK(std::string(lowtide::format_size(std::uint64_t{1} << 20, buf, sizeof buf)) == "1 MiB");
   CHECK(std::string(lowtide::format_size(1536, buf, sizeof buf)) == "1536 B");
+}
+
+TEST_CASE("durations: ms, s, m, h, a bare number in ms") {
+  std::uint64_t v = 0;
+  CHECK(parse_duration_ms("500ms", &v) == ParseStatus::ok);
+  CHECK(v == 500);
+  CHECK(parse_duration_ms(" 10 S ", &v) == ParseStatus::ok);
+  CHECK(v == 10'000);
+  CHECK(parse_duration_ms("2m", &v) == ParseStatus::ok);
+  CHECK(v == 120'000);
+  CHECK(parse_duration_ms("1h", &v) == ParseStatus::ok);
+  CHECK(v == 3'600'000);
+  CHECK(parse_duration_ms("250", &v) == ParseStatus::ok);
+  CHECK(v == 250);
+  for (const char* bad : {"1.5s", "-1s", "+1s", "1d", "s", "1 s s", "1sm", "0x10", "1e3"}) {
+    INFO(bad);
+    CHECK(parse_duration_ms(bad, &v) == ParseStatus::garbage);
+  }
+  CHECK(parse_duration_ms("  ", &v) == ParseStatus::empty);
+  CHECK(parse_duration_ms("99999999999999999999", &v) == ParseStatus::overflow);
+  CHECK(parse_duration_ms("18446744073709551615h", &v) == ParseStatus::overflow);
+}
+
+TEST_CASE("format_duration_ms picks the largest unit that divides, and round-trips") {
+  char buf[32];
+  CHECK(std::string(format_duration_ms(100, buf, sizeof buf)) == "100 ms");
+  CHECK(std::string(format_duration_ms(10'000, buf, sizeof buf)) == "10 s");
+  CHECK(std::string(format_duration_ms(120'000, buf, sizeof buf)) == "2 m");
+  CHECK(std::string(format_duration_ms(86'400'000, buf, sizeof buf)) == "24 h");
+  CHECK(std::string(format_duration_ms(0, buf, sizeof buf)) == "0 ms");
+  for (std::uint64_t ms : {1ull, 999ull, 1000ull, 61'000ull, 3'600'000ull, 90'061'001ull}) {
+    std::uint64_t back = 0;
+    REQUIRE(parse_duration_ms(format_duration_ms(ms, buf, sizeof buf), &back) == ParseStatus::ok);
+    CHECK(back == ms);
+  }
 }

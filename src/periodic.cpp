@@ -1,0 +1,103 @@
+#include "periodic.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <ctime>
+#include <pthread.h>
+
+#include "log.hpp"
+#include "options.hpp"
+#include "parse.hpp"
+#include "report.hpp"
+#include "state.hpp"
+
+namespace lowtide::periodic {
+
+namespace {
+
+std::uint64_t interval_ns = 0;
+std::atomic<bool> warned{false};
+
+// Wakes at fixed points (start + k * interval, on CLOCK_MONOTONIC), so a
+// slow report does not make the next ones drift; one that took longer than
+// an interval skips the points it missed rather than writing twice.
+void* report_main(void*) {
+  pthread_setname_np(pthread_self(), "lowtide-report");
+  timespec next;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  const auto add = [&](timespec* t) {
+    std::uint64_t ns = static_cast<std::uint64_t>(t->tv_nsec) + interval_ns % 1'000'000'000u;
+    t->tv_sec += static_cast<time_t>(interval_ns / 1'000'000'000u + ns / 1'000'000'000u);
+    t->tv_nsec = static_cast<long>(ns % 1'000'000'000u);
+  };
+  const auto before = [](const timespec& a, const timespec& b) {
+    return a.tv_sec != b.tv_sec ? a.tv_sec < b.tv_sec : a.tv_nsec < b.tv_nsec;
+  };
+  for (;;) {
+    add(&next);
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    while (before(next, now)) add(&next);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+    }
+    report::write_periodic();
+  }
+  return nullptr;
+}
+
+// As the decay thread (large_cache.cpp): detached, every signal blocked
+// (the host's signals never land here, and the report is never interrupted
+// by one of ours), a small stack doubled while glibc refuses it for the
+// static TLS, then glibc's default.
+int create_thread(std::size_t stack) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (stack != 0) pthread_attr_setstacksize(&attr, stack);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, &report_main, nullptr);
+  pthread_attr_destroy(&attr);
+  return rc;
+}
+
+void start_thread() {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = EINVAL;
+  for (std::size_t stack = std::size_t{64} << 10; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2)
+    rc = create_thread(stack);
+  if (rc == EINVAL) rc = create_thread(0);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0 && !warned.exchange(true)) {
+    const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
+    log::warn("could not start the lowtide-report thread (pthread_create: {}); no periodic report",
+              name != nullptr ? name : "error");
+  }
+}
+
+}  // namespace
+
+void start() {
+  const std::uint64_t ms = g.config.get(Opt::stats_interval);
+  if (ms == kSizeWord || g.secure) return;
+  if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) {
+    char d[32];
+    if (!warned.exchange(true))
+      log::warn("LOWTIDE_STATS_INTERVAL={} has no effect: LOWTIDE_STATS is off (set it to text, json, both or "
+                "prometheus)", format_duration_ms(ms, d, sizeof d));
+    return;
+  }
+  if (!report::this_process_reports()) return;
+  interval_ns = ms * 1'000'000u;
+  start_thread();
+}
+
+void on_fork_child() {
+  if (interval_ns == 0 || !report::this_process_reports()) return;
+  start_thread();
+}
+
+}  // namespace lowtide::periodic

@@ -1,0 +1,106 @@
+#include "signals.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <pthread.h>
+
+#include "report.hpp"
+
+// glibc's sigaction under its other public name (GLIBC_2.2.5): the one our
+// interposed sigaction forwards to, without dlsym.
+extern "C" int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+// glibc's signal() under another name of the same function.
+extern "C" void (*bsd_signal(int sig, void (*h)(int)))(int);
+
+namespace lowtide::sig {
+
+namespace {
+
+// install() ran: this process writes a report, so SIG_DFL for SIGTERM and
+// SIGINT means lowtide's handler.
+std::atomic<bool> enabled{false};
+
+bool ours_to_take(int sig) { return sig == SIGTERM || sig == SIGINT; }
+
+extern "C" void lowtide_on_signal(int sig) {
+  // Only async-signal-safe work from here: the path _exit takes (try-locks,
+  // no malloc; it keeps errno).
+  report::at_exit(true);
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  __sigaction(sig, &dfl, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  // The default action now: the process ends by `sig`, as without lowtide.
+  raise(sig);
+}
+
+bool is_ours(const struct sigaction& sa) {
+  return (sa.sa_flags & SA_SIGINFO) == 0 && sa.sa_handler == &lowtide_on_signal;
+}
+
+bool is_default(const struct sigaction& sa) { return (sa.sa_flags & SA_SIGINFO) == 0 && sa.sa_handler == SIG_DFL; }
+
+// Both signals blocked while the handler runs on this thread, so the other
+// one cannot end the process halfway through the report (a second signal to
+// another thread still can: SA_RESETHAND makes a second SIGTERM or Ctrl-C
+// end the process at once, without waiting for the report).
+struct sigaction our_action() {
+  struct sigaction sa{};
+  sa.sa_handler = &lowtide_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGTERM);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sa.sa_flags = SA_RESETHAND;
+  return sa;
+}
+
+}  // namespace
+
+void install() {
+  if (!report::this_process_reports()) return;
+  enabled.store(true);
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction cur{};
+    // Only where the default action is in force: SIG_IGN (inherited, e.g.
+    // from nohup or a shell's background job) or a handler stays.
+    if (__sigaction(sig, nullptr, &cur) != 0 || !is_default(cur)) continue;
+    struct sigaction sa = our_action();
+    __sigaction(sig, &sa, nullptr);
+  }
+}
+
+int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (!ours_to_take(sig) || !enabled.load(std::memory_order_relaxed)) return __sigaction(sig, act, old);
+  struct sigaction want{};
+  if (act != nullptr) want = *act;  // act and old may be the same object
+  if (act != nullptr && is_default(want)) want = our_action();
+  struct sigaction prev{};
+  if (__sigaction(sig, act != nullptr ? &want : nullptr, &prev) != 0) return -1;
+  if (old != nullptr) {
+    if (is_ours(prev)) {
+      *old = {};
+      old->sa_handler = SIG_DFL;
+      sigemptyset(&old->sa_mask);
+    } else {
+      *old = prev;
+    }
+  }
+  return 0;
+}
+
+Handler signal(int sig, Handler h) {
+  if (!ours_to_take(sig) || !enabled.load(std::memory_order_relaxed)) return bsd_signal(sig, h);
+  struct sigaction act{}, old{};
+  act.sa_handler = h;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  if (sig::sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+}  // namespace lowtide::sig
