@@ -81,6 +81,18 @@ int patterns() {
   for (int i = 0; i < N; i += 2) std::free(b[i]);
   std::printf("checkerboard: all freed               %8zu   0\n", vmas() - base);
 
+  // The same with one size (256 KiB, under the 2 MiB alignment): only the
+  // frees make holes.
+  for (int i = 0; i < N; ++i) {
+    b[i] = std::malloc(256 * KiB);
+    touch(b[i], 1);
+  }
+  std::printf("checkerboard 256 KiB: %d held         %8zu   %d\n", N, vmas() - base, N);
+  for (int i = 1; i < N; i += 2) std::free(b[i]);
+  std::printf("checkerboard 256 KiB: every other freed %6zu   %d\n", vmas() - base, N / 2);
+  for (int i = 0; i < N; i += 2) std::free(b[i]);
+  std::printf("checkerboard 256 KiB: all freed       %8zu   0\n", vmas() - base);
+
   // Cycles: 64 slots, each step frees one and allocates another of a
   // pseudo-random size.
   std::vector<void*> slot(64, nullptr);
