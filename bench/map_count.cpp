@@ -7,6 +7,7 @@
 //   map_count release [reps]   no allocator involved: in a PROT_NONE reservation,
 //                        the cost of dropping a touched extent's pages by
 //                        mmap(PROT_NONE, MAP_FIXED) (lowtide today),
+//                        mmap(read-write, MAP_FIXED) (a fresh mapping),
 //                        madvise(MADV_DONTNEED) keeping it read-write, and
 //                        madvise(MADV_FREE); then of committing it again
 //                        (mmap read-write over it, or nothing for a range
@@ -133,9 +134,12 @@ int patterns() {
 
 // ---- release variants, raw syscalls ----
 
-enum class Drop { prot_none, dontneed, free_ };
+enum class Drop { prot_none, rw_mmap, dontneed, free_ };
 const char* name(Drop d) {
-  return d == Drop::prot_none ? "mmap PROT_NONE" : d == Drop::dontneed ? "MADV_DONTNEED" : "MADV_FREE";
+  return d == Drop::prot_none ? "mmap PROT_NONE"
+         : d == Drop::rw_mmap ? "mmap RW"
+         : d == Drop::dontneed ? "MADV_DONTNEED"
+                               : "MADV_FREE";
 }
 
 constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
@@ -146,6 +150,7 @@ void* commit(void* p, std::size_t len) {
 
 void drop(Drop d, void* p, std::size_t len) {
   if (d == Drop::prot_none) ::mmap(p, len, PROT_NONE, kFlags | MAP_FIXED, -1, 0);
+  else if (d == Drop::rw_mmap) commit(p, len);  // a fresh read-write mapping over it
   else ::madvise(p, len, d == Drop::dontneed ? MADV_DONTNEED : MADV_FREE);
 }
 
@@ -215,6 +220,7 @@ int release(int reps) {
   } cases[] = {{256 * KiB, 64}, {2 * MiB, 16}, {16 * MiB, 4}};
   for (auto c : cases) {
     release_case(c.len, c.n, Drop::prot_none, true, reps);
+    release_case(c.len, c.n, Drop::rw_mmap, false, reps);
     release_case(c.len, c.n, Drop::dontneed, true, reps);
     release_case(c.len, c.n, Drop::dontneed, false, reps);
     release_case(c.len, c.n, Drop::free_, false, reps);
