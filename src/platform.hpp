@@ -34,8 +34,10 @@ bool overcommit_refuses(std::size_t len);
 void decommit(void* p, std::size_t len);
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
-// appears. Fails on old kernels, on ranges that span several VMAs and at
-// vm.max_map_count.
+// appears. Fails on old kernels, at vm.max_map_count, and on ranges that
+// span several VMAs where the kernel refuses to move those (6.18 here moves
+// them, each piece staying a mapping of its own: docs/design-notes.md,
+// "Mappings").
 bool move_pages(void* src, std::size_t len, void* dst);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
