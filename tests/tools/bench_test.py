@@ -11,7 +11,9 @@
 3. End to end (`--quick --only seed-1t --reps 1 --scale 0.02`): results.md
    has the seven columns and the 0.2 s column and links the RSS chart,
    chart.png and rss-seed-1t.png are PNGs, raw.json holds RSS samples and
-   rss_after_200ms for every allocator, the lowtide run ran under lowtide.
+   rss_after_200ms for every allocator, the lowtide run ran under lowtide,
+   and glibc-tuned's setting took effect (it holds less than glibc after
+   the free).
 No timing is checked."""
 import importlib.machinery
 import importlib.util
@@ -142,6 +144,13 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
             check(isinstance(r.get("rss_after_200ms"), int) and r["rss_after_200ms"] > 0,
                   "%s: rss_after_200ms %s" % (a, r.get("rss_after_200ms")))
             check((r.get("allocator") == "lowtide") == (a == "lowtide"), "%s: allocator %s" % (a, r.get("allocator")))
+    # The preset reaches the process: with blocks of 128 KiB and more mmapped,
+    # glibc gives the 3.7 MB buffers back at their free; by default it keeps
+    # them in its heap (its dynamic threshold rises past 3.7 MB at the first
+    # free), ~24 MiB at this scale.
+    g, gt = (per.get(a, [{}])[0].get("rss_after_free") for a in ("glibc", "glibc-tuned"))
+    check(g and gt and gt + 8 * MiB < g, "glibc-tuned holds less after the free than glibc: %s vs %s"
+          % (gt, g))
     check(raw["allocators"]["jemalloc-tuned"]["env"] ==
           {"MALLOC_CONF": "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"}, "raw.json: preset recorded")
 
