@@ -1,0 +1,157 @@
+"""scripts/bench's peers, tables and RSS charts:
+
+  bench_test.py SCRIPTS_BENCH BUILD_DIR
+
+1. On fixed medians: every table has the seven allocators in order, the
+   best peer (lowest, or highest for throughput, tuned presets included)
+   and lowtide / best peer marked "worse" where lowtide loses, and a
+   lowtide / each peer row; the median-wall repetition is the one charted.
+2. The run environments: the tuned presets set exactly issue 14's
+   settings, and an inherited GLIBC_TUNABLES / MALLOC_CONF reaches no run.
+3. End to end (`--quick --only seed-1t --reps 1 --scale 0.02`): results.md
+   has the seven columns and the 0.2 s column and links the RSS chart,
+   chart.png and rss-seed-1t.png are PNGs, raw.json holds RSS samples and
+   rss_after_200ms for every allocator, the lowtide run ran under lowtide,
+   and glibc-tuned's setting took effect (it holds less than glibc after
+   the free).
+No timing is checked."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+from tools_common import check, clean_env, finish, run
+
+bench_path, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+MiB = 1 << 20
+SEVEN = ["glibc", "glibc-tuned", "mimalloc", "jemalloc", "jemalloc-tuned", "tcmalloc", "lowtide"]
+
+loader = importlib.machinery.SourceFileLoader("lowtide_bench", bench_path)
+spec = importlib.util.spec_from_loader("lowtide_bench", loader)
+bench = importlib.util.module_from_spec(spec)
+loader.exec_module(bench)
+
+# --- 1. tables on fixed medians
+check(bench.ORDER == SEVEN, "allocator order %s" % bench.ORDER)
+
+
+def m(wall=None, rss=None, ops=None):
+    return {"wall_s": wall, "rss_after_free": rss, "rss_after_200ms": rss, "rss_after_decay": rss,
+            "peak_rss": rss, "ops_per_s": ops}
+
+
+medians = {
+    # lowtide loses on time to the tuned jemalloc, wins on RSS over everyone
+    "loses": {"glibc": m(2.0, 300 * MiB), "glibc-tuned": m(3.0, 20 * MiB), "mimalloc": m(1.5, 200 * MiB),
+              "jemalloc": m(1.1, 50 * MiB), "jemalloc-tuned": m(1.0, 40 * MiB),
+              "tcmalloc": m(1.3, 380 * MiB), "lowtide": m(1.2, 10 * MiB)},
+    # throughput: higher is better; glibc has no figure
+    "ops": {"glibc": m(1.0, 8 * MiB), "glibc-tuned": m(1.0, 8 * MiB, 2e6), "mimalloc": m(1.0, 8 * MiB, 6e6),
+            "jemalloc": m(1.0, 8 * MiB, 27e6), "jemalloc-tuned": m(1.0, 8 * MiB, 25e6),
+            "tcmalloc": m(1.0, 8 * MiB, 42e6), "lowtide": m(1.0, 8 * MiB, 6.3e6)},
+}
+md = bench.tables(medians, ["loses", "ops"])
+lines = md.splitlines()
+header = "| workload | " + " | ".join(SEVEN) + " | best peer | lowtide / best peer |"
+check(lines.count(header) == 6, "six tables (wall, 3 RSS samples, peak, throughput) with the seven "
+      "columns: %d" % lines.count(header))
+for title in ["RSS right after free", "RSS 0.2 s after free", "RSS 1 s after free"]:
+    check(any(l.startswith("### " + title) for l in lines), "table %r" % title)
+rows = [l for l in lines if l.startswith("| loses |")]
+# wall first: best peer jemalloc-tuned 1.00, lowtide 1.2 -> 1.20x worse
+check(rows and rows[0].endswith("| jemalloc-tuned (1.00) | 1.20× worse |"), "wall row: %s" % rows[:1])
+# RSS right after free: best peer glibc-tuned 20 MiB, lowtide 10 -> 0.50x, not worse
+check(len(rows) > 2 and rows[2].endswith("| glibc-tuned (20) | 0.50× |"), "RSS row: %s" % rows[2:3])
+# lowtide / each peer, wall: 1.2/2.0, 1.2/3.0, 1.2/1.5, 1.2/1.1, 1.2/1.0, 1.2/1.3
+check(len(rows) > 1 and rows[1] == "| loses | 0.60× | 0.40× | 0.80× | 1.09× worse | 1.20× worse | 0.92× |",
+      "per-peer wall row: %s" % rows[1:2])
+check(any(l == "| workload | ÷ glibc | ÷ glibc-tuned | ÷ mimalloc | ÷ jemalloc | ÷ jemalloc-tuned "
+          "| ÷ tcmalloc |" for l in lines), "per-peer header")
+ops_rows = [l for l in lines if l.startswith("| ops |")]
+# throughput: best is tcmalloc 42 M/s, lowtide 6.3 -> 0.15x worse; glibc has none ("—")
+check(any(l.endswith("| tcmalloc (42.00) | 0.15× worse |") and "| — |" in l for l in ops_rows),
+      "throughput row: %s" % ops_rows)
+check(bench.ratio_text(1.0, 1.0) == "1.00×" and bench.ratio_text(1.001, 1.0) == "1.00×",
+      "a tie is not marked worse")
+check(bench.ratio_text(None, 1.0) == "—" and bench.ratio_text(1.0, 0) == "—", "no figure, no ratio")
+only_two = bench.tables({"w": {"glibc": m(2.0), "lowtide": m(1.0)}}, ["w"], ["glibc", "lowtide"])
+check("| w | 2.00 | 1.00 | glibc (2.00) | 0.50× |" in only_two, "--allocators subset table: %s" % only_two)
+
+runs = [{"wall_s": 3.0, "rep": 0, "rss_samples": [[0, 1]]}, {"wall_s": 1.0, "rep": 1, "rss_samples": [[0, 1]]},
+        {"error": "rc=1", "rep": 2}, {"wall_s": 2.0, "rep": 3, "rss_samples": [[0, 1]]}]
+check(bench.representative(runs)["rep"] == 3, "median-wall run of three (an error left out)")
+check(bench.representative(runs + [{"wall_s": 4.0, "rep": 4, "rss_samples": [[0, 1]]}])["rep"] == 3,
+      "lower middle of four")
+check(bench.representative([{"error": "x", "rep": 0}]) is None, "no run without error")
+
+check(bench.pick_allocators("", "") == SEVEN, "default: all seven")
+check(bench.pick_allocators("glibc,jemalloc-tuned", "") == ["glibc", "jemalloc-tuned", "lowtide"],
+      "--allocators keeps lowtide")
+check(bench.pick_allocators("", "glibc-tuned,jemalloc-tuned") == [a for a in SEVEN if "tuned" not in a],
+      "--without")
+check(bench.pick_allocators("dlmalloc", "") is None and bench.pick_allocators("", "lowtide") is None,
+      "unknown allocator / no lowtide refused")
+
+# --- 2. run environments
+base = {"PATH": "/usr/bin", "LD_PRELOAD": "/x.so", "GLIBC_TUNABLES": "glibc.malloc.arena_max=1",
+        "MALLOC_CONF": "narenas:1"}
+envs = {n: bench.run_env(lib, extra, base) for n, lib, extra in bench.allocators()}
+check(envs["glibc"] == {"PATH": "/usr/bin"}, "plain glibc: nothing inherited: %s" % envs["glibc"])
+check(envs["glibc-tuned"] == {"PATH": "/usr/bin", "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"},
+      "glibc-tuned: %s" % envs["glibc-tuned"])
+check(envs["jemalloc"].get("LD_PRELOAD", "").endswith("/libjemalloc.so.2") and "MALLOC_CONF" not in envs["jemalloc"]
+      and "GLIBC_TUNABLES" not in envs["jemalloc"], "plain jemalloc: %s" % envs["jemalloc"])
+check(envs["jemalloc-tuned"].get("LD_PRELOAD") == envs["jemalloc"].get("LD_PRELOAD")
+      and envs["jemalloc-tuned"].get("MALLOC_CONF") == "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"
+      and "GLIBC_TUNABLES" not in envs["jemalloc-tuned"], "jemalloc-tuned: %s" % envs["jemalloc-tuned"])
+check(envs["lowtide"].get("LD_PRELOAD", "").endswith("src/liblowtide.so")
+      and not {"MALLOC_CONF", "GLIBC_TUNABLES"} & set(envs["lowtide"]), "lowtide: %s" % envs["lowtide"])
+
+# --- 3. end to end
+with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
+    out = os.path.join(tmp, "res")
+    rc, stdout, err = run([bench_path, "--quick", "--only", "seed-1t", "--reps", "1", "--scale", "0.02",
+                           "--no-setup", "--build", build, "--out", out],
+                          clean_env(MALLOC_CONF="narenas:1"), timeout=300)
+    if not check(rc == 0, "scripts/bench rc %d: %s" % (rc, err[-3000:])):
+        finish("tools_bench")
+    check("MALLOC_CONF left out of every run" in err, "an inherited MALLOC_CONF is named")
+    with open(os.path.join(out, "results.md")) as f:
+        res = f.read()
+    check(res.count(header) >= 5, "results.md: seven columns in every table")
+    check("### RSS 0.2 s after free, MiB (median)" in res, "results.md: 0.2 s table")
+    check("(rss-seed-1t.png)" in res, "results.md links the RSS chart")
+    for png in ["chart.png", "rss-seed-1t.png"]:
+        p = os.path.join(out, png)
+        with open(p, "rb") if os.path.exists(p) else open(os.devnull, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "%s is a PNG" % png)
+    with open(os.path.join(out, "raw.json")) as f:
+        raw = json.load(f)
+    per = raw["runs"].get("seed-1t", {})
+    check(list(per) == SEVEN, "raw.json: runs of the seven: %s" % list(per))
+    for a in SEVEN:
+        rs = per.get(a, [])
+        check(len(rs) == 1 and "error" not in rs[0], "%s: one run without error: %s" % (a, rs))
+        if len(rs) == 1 and "error" not in rs[0]:
+            r = rs[0]
+            s = r.get("rss_samples", [])
+            # the workload sleeps 1 s after the free: at 15 ms that is ~60 samples
+            check(len(s) >= 20, "%s: %d RSS samples" % (a, len(s)))
+            check(all(s[i][0] < s[i + 1][0] for i in range(len(s) - 1)), "%s: samples in time order" % a)
+            check(s and max(v for _, v in s) >= 10 * MiB, "%s: a sample shows the workload's RSS" % a)
+            check(isinstance(r.get("rss_after_200ms"), int) and r["rss_after_200ms"] > 0,
+                  "%s: rss_after_200ms %s" % (a, r.get("rss_after_200ms")))
+            check((r.get("allocator") == "lowtide") == (a == "lowtide"), "%s: allocator %s" % (a, r.get("allocator")))
+    # The preset reaches the process: with blocks of 128 KiB and more mmapped,
+    # glibc gives the 3.7 MB buffers back at their free; by default it keeps
+    # them in its heap (its dynamic threshold rises past 3.7 MB at the first
+    # free), ~24 MiB at this scale.
+    g, gt = (per.get(a, [{}])[0].get("rss_after_free") for a in ("glibc", "glibc-tuned"))
+    check(g and gt and gt + 8 * MiB < g, "glibc-tuned holds less after the free than glibc: %s vs %s"
+          % (gt, g))
+    check(raw["allocators"]["jemalloc-tuned"]["env"] ==
+          {"MALLOC_CONF": "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"}, "raw.json: preset recorded")
+
+finish("tools_bench")
