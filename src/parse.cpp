@@ -47,6 +47,34 @@ ParseStatus parse_size(const char* s, std::uint64_t* out) {
   return ParseStatus::ok;
 }
 
+ParseStatus parse_duration_ms(const char* s, std::uint64_t* out) {
+  if (s == nullptr) return ParseStatus::empty;
+  while (is_space(*s)) ++s;
+  if (*s == '\0') return ParseStatus::empty;
+  if (*s < '0' || *s > '9') return ParseStatus::garbage;  // also rejects '-' and '+'
+  std::uint64_t v = 0;
+  bool overflow = false;
+  while (*s >= '0' && *s <= '9') {
+    std::uint64_t d = static_cast<std::uint64_t>(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) overflow = true;
+    else v = v * 10 + d;
+    ++s;
+  }
+  while (is_space(*s)) ++s;
+  std::uint64_t scale = 1;
+  if (lower(s[0]) == 'm' && lower(s[1]) == 's') {
+    s += 2;
+  } else if (lower(s[0]) == 's') {
+    scale = 1000;
+    ++s;
+  }
+  while (is_space(*s)) ++s;
+  if (*s != '\0') return ParseStatus::garbage;
+  if (overflow || v > UINT64_MAX / scale) return ParseStatus::overflow;
+  *out = v * scale;
+  return ParseStatus::ok;
+}
+
 int parse_choice(const char* s, const char* const* words, int nwords) {
   if (s == nullptr) return -1;
   while (is_space(*s)) ++s;
@@ -75,6 +103,17 @@ const char* format_size(std::uint64_t v, char* buf, unsigned cap) {
   while (o + 1 < cap && buf[o] != '\0') ++o;
   const char* unit = units[u];
   if (o + 1 < cap) buf[o++] = ' ';
+  while (*unit && o + 1 < cap) buf[o++] = *unit++;
+  if (cap) buf[o] = '\0';
+  return buf;
+}
+
+const char* format_duration_ms(std::uint64_t ms, char* buf, unsigned cap) {
+  const bool seconds = ms != 0 && ms % 1000 == 0;
+  format_count(seconds ? ms / 1000 : ms, buf, cap);
+  unsigned o = 0;
+  while (o + 1 < cap && buf[o] != '\0') ++o;
+  const char* unit = seconds ? " s" : " ms";
   while (*unit && o + 1 < cap) buf[o++] = *unit++;
   if (cap) buf[o] = '\0';
   return buf;
