@@ -82,3 +82,41 @@ TEST_CASE("format_size round-trips through parse_size") {
   CHECK(std::string(lowtide::format_size(std::uint64_t{1} << 20, buf, sizeof buf)) == "1 MiB");
   CHECK(std::string(lowtide::format_size(1536, buf, sizeof buf)) == "1536 B");
 }
+
+TEST_CASE("durations: bare milliseconds, ms, s; nothing else") {
+  using lowtide::parse_duration_ms;
+  std::uint64_t v = 0;
+  struct { const char* s; std::uint64_t ms; } good[] = {
+      {"0", 0}, {"500", 500}, {"500ms", 500}, {"500MS", 500}, {"500 ms", 500}, {" 2s ", 2000}, {"2 S", 2000},
+      {"18446744073709551615", UINT64_MAX}, {"18446744073709551s", 18446744073709551000ull}};
+  for (auto& g : good) {
+    INFO(g.s);
+    REQUIRE(parse_duration_ms(g.s, &v) == ParseStatus::ok);
+    CHECK(v == g.ms);
+  }
+  for (const char* bad : {"1K", "1k", "1M", "1G", "1KiB", "1m", "1min", "1h", "1.5s", "-1", "+1", "s", "ms", "1 ms s",
+                          "1sms", "0x10", "1e3"}) {
+    INFO(bad);
+    v = 7;
+    CHECK(parse_duration_ms(bad, &v) == ParseStatus::garbage);
+    CHECK(v == 7);
+  }
+  CHECK(parse_duration_ms("", &v) == ParseStatus::empty);
+  CHECK(parse_duration_ms("  ", &v) == ParseStatus::empty);
+  CHECK(parse_duration_ms(nullptr, &v) == ParseStatus::empty);
+  CHECK(parse_duration_ms("18446744073709551616", &v) == ParseStatus::overflow);
+  CHECK(parse_duration_ms("18446744073709552s", &v) == ParseStatus::overflow);
+}
+
+TEST_CASE("format_duration_ms reads back") {
+  char buf[32];
+  CHECK(std::string(lowtide::format_duration_ms(3'600'000, buf, sizeof buf)) == "3600 s");
+  CHECK(std::string(lowtide::format_duration_ms(1, buf, sizeof buf)) == "1 ms");
+  CHECK(std::string(lowtide::format_duration_ms(0, buf, sizeof buf)) == "0 ms");
+  for (std::uint64_t ms : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{999}, std::uint64_t{1000},
+                           std::uint64_t{1500}, UINT64_MAX}) {
+    std::uint64_t back = 1;
+    REQUIRE(lowtide::parse_duration_ms(lowtide::format_duration_ms(ms, buf, sizeof buf), &back) == ParseStatus::ok);
+    CHECK(back == ms);
+  }
+}
