@@ -45,6 +45,11 @@ namespace {
 
 int g_warnings = 0;
 void count_warning(const char*, const char*, const char*, const char*) { ++g_warnings; }
+[[noreturn]] void broken(const char* what) {
+  std::fprintf(stderr, "parse_fuzz: contract broken: %s\n", what);
+  std::abort();
+}
+
 int g_unknown = 0;
 void count_unknown(const char* name, unsigned len, const char* nearest) {
   ++g_unknown;
@@ -63,11 +68,6 @@ void check_duration(const char* s) {
   format_duration_ms(v, buf, sizeof buf);
   std::uint64_t back = 0;
   if (parse_duration_ms(buf, &back) != ParseStatus::ok || back != v) broken("format_duration_ms does not read back");
-}
-
-[[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "parse_fuzz: contract broken: %s\n", what);
-  std::abort();
 }
 
 void check_size(const char* s) {
