@@ -511,6 +511,8 @@ void on_start() {
       children = Children{children.counter, me, fd, dev, ino, true};
     }
   }
+  // No counter (a name with %p, or none could be had): pass no stale one on.
+  if (children.counter == nullptr) children.known = false;
   char want[96];
   auto r = children.known
                ? fmt::format_to_n(want, sizeof want - 1, "{}:{}:{}:{}", me, children.fd, children.dev, children.ino)
