@@ -66,8 +66,9 @@ using UnknownFn = void (*)(const char* name, unsigned len, const char* nearest);
 extern const char* const kToolVariables[];
 
 // The option name nearest to name[0, len) by edit distance, if it is near
-// enough to be a misspelling (at most a third of the longer name, at least
-// 2), else nullptr. No allocation: names longer than 64 have none.
+// enough to be a misspelling (at most a third of the length past
+// "LOWTIDE_", and at least 2 edits allowed), else nullptr. No allocation:
+// names longer than 64 have none.
 const char* nearest_option(const char* name, unsigned len);
 
 // Fill cfg from an environ-style array. In a setuid/setgid process (secure)

@@ -474,7 +474,11 @@ void at_exit(bool from_exit_call) {
   // Children (forked, or exec'd with our variables inherited) report only
   // into files of their own.
   if ((forked_child || exec_child) && !has_pid_pattern(path)) {
-    if (!reported.exchange(true)) count_unreported();
+    if (!reported.exchange(true)) {
+      int saved = errno;
+      count_unreported();
+      errno = saved;
+    }
     return;
   }
   if (reported.exchange(true)) return;
