@@ -41,6 +41,17 @@ void warn_option(const char* env, const char* value, const char* reason, const c
             cut ? "..." : "", reason, valid, def);
 }
 
+// A LOWTIDE_* name that is no setting: most often a misspelt one, which
+// would otherwise be silently without effect.
+void warn_unknown(const char* name, unsigned len, const char* nearest) {
+  if (nearest != nullptr)
+    log::warn("{} is not a lowtide setting and has no effect; did you mean {}?", fmt::string_view(name, len),
+              nearest);
+  else
+    log::warn("{} is not a lowtide setting and has no effect (the settings: docs/configuration.md)",
+              fmt::string_view(name, len > 80 ? 80 : len));
+}
+
 // fork: the child must find the arena lock free and its own pid. mimalloc
 // 2.0.9 has no fork handling of its own (see docs/design.md).
 // Locks in one fixed order: call sites, the thread registry, the cache, the
@@ -86,7 +97,7 @@ void init_once() {
   // looks at MIMALLOC_* (see small_path.hpp for what an earlier start of
   // mimalloc leaves behind).
   if (secure) small::ignore_environment();
-  load_config(&g.config, environ, secure, &warn_option);
+  load_config(&g.config, environ, secure, &warn_option, &warn_unknown);
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();

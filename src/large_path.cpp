@@ -279,7 +279,8 @@ bool LargePath::grow_into_cache(Change& c) {
   c.h->length = c.bytes;
   c.h->requested = c.size;
   account(c, stats::large_in_place);
-  stats::add(c.st, stats::large_reused, 1);
+  // A block growing, not one handed out: large_reused counts allocations.
+  stats::add(c.st, stats::large_grown_into_cache, 1);
   return true;
 }
 
@@ -316,7 +317,7 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
     c.need = got;
     c.bytes = Extent::bytes_of(got);
     c.new_usable = c.bytes - c.off;
-    stats::add(c.st, stats::large_reused, 1);
+    stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());
     ns = a_.alloc(c.need, huge_g, 0);

@@ -29,7 +29,7 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 8, "choice"},
     {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0, "path"},
     {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0, "size"},
-    {"LOWTIDE_DECAY_MS", OptKind::size, "500", 1, 3'600'000, nullptr, 0, "milliseconds"},
+    {"LOWTIDE_DECAY_MS", OptKind::duration, "500ms", 1, 3'600'000, nullptr, 0, "duration"},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
     {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kHugeWords, 3, "choice"},
     {"LOWTIDE_SITES", OptKind::count, "0", 0, 4096, nullptr, 0, "count"},
@@ -37,11 +37,25 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_LIMIT", OptKind::size, "cgroup", 0, std::uint64_t{64} << 40, kCgroup, 1, "size"},
     // For tests: where /proc/self/cgroup and the cgroup mounts are looked for.
     {"LOWTIDE_CGROUP_ROOT", OptKind::text, "/", 0, kTextMax - 1, nullptr, 0, "path"},
-    {"LOWTIDE_DECAY_MIN_MS", OptKind::size, "50", 1, 3'600'000, nullptr, 0, "milliseconds"},
+    {"LOWTIDE_DECAY_MIN_MS", OptKind::duration, "50ms", 1, 3'600'000, nullptr, 0, "duration"},
     {"LOWTIDE_SITES_PYTHON", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
     {"LOWTIDE_LIVE", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
     // Milliseconds; "off" (kSizeWord) = no periodic report.
-    {"LOWTIDE_STATS_INTERVAL", OptKind::size, "off", 100, 86'400'000, kOff, 1, "duration"},
+    {"LOWTIDE_STATS_INTERVAL", OptKind::duration, "off", 100, 86'400'000, kOff, 1, "duration"},
+};
+
+const char* const kToolVariables[] = {
+    "LOWTIDE_OWNER_PID",            // set by the library itself (report.cpp): who reports
+    "LOWTIDE_BUILD_DIR",            // the launcher, scripts/demo, tests: which build
+    "LOWTIDE_PEER_LIBDIR",          // lowtide compare: where the peer allocators are
+    "LOWTIDE_TEST_LIB",             // tests: the library under test
+    "LOWTIDE_SOURCE_ROOT",          // tests: the source tree
+    "LOWTIDE_REAL_PYTHON_MODULES",  // tests/programs
+    "LOWTIDE_FUZZ_SECONDS",         // scripts/fuzz
+    "LOWTIDE_QUICK",                // scripts/test
+    "LOWTIDE_LINT_ROOT",            // scripts/lint
+    "LOWTIDE_LINT_LAYERS_ONLY",     // scripts/lint
+    nullptr,
 };
 
 namespace {
@@ -71,15 +85,7 @@ bool parse_text(const OptionSpec& spec, const char* text, std::uint64_t* out, co
   return true;
 }
 
-// A duration option (its unit "duration"): milliseconds, read with units.
-bool is_duration(const OptionSpec& spec) {
-  const char* u = spec.unit;
-  const char* d = "duration";
-  while (*d != '\0' && *u == *d) ++u, ++d;
-  return *d == '\0' && *u == '\0';
-}
-
-// A size, a plain count or a number of milliseconds, within [min, max].
+// A size, a plain count or a duration in milliseconds, within [min, max].
 bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
   if (spec.kind == OptKind::count) {
     // parse_size would read "1K" as 1024: a count takes digits only.
@@ -91,12 +97,13 @@ bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, 
     }
   }
   std::uint64_t v = 0;
-  const bool duration = is_duration(spec);
+  const bool duration = spec.kind == OptKind::duration;
   switch (duration ? parse_duration_ms(text, &v) : parse_size(text, &v)) {
     case ParseStatus::ok: break;
     case ParseStatus::empty: *reason = "is empty"; return false;
     case ParseStatus::garbage:
-      *reason = duration ? "is not a duration (e.g. 500ms, 10s, 2m)" : "is not a size (e.g. 1M, 512KiB, 1048576)";
+      *reason = duration ? "is not a duration (e.g. 500ms, 10s, 2m; a bare number is milliseconds)"
+                         : "is not a size (e.g. 1M, 512KiB, 1048576)";
       return false;
     case ParseStatus::overflow: *reason = "is too large"; return false;
   }
@@ -125,6 +132,7 @@ bool parse_one(const OptionSpec& spec, const char* text, std::uint64_t* out, con
       return true;
     }
     case OptKind::size:
+    case OptKind::duration:
       if (spec.nchoices != 0 && parse_choice(text, spec.choices, spec.nchoices) >= 0) {
         *out = kSizeWord;
         return true;
@@ -163,17 +171,25 @@ void describe_valid(const OptionSpec& spec, char* buf, unsigned cap) {
       put(format_count(spec.max, a, sizeof a));
       put(" bytes");
       break;
+    case OptKind::duration:
+      if (spec.nchoices != 0) {
+        put(spec.choices[0]);
+        put(" or ");
+      }
+      put(format_duration_ms(spec.min, a, sizeof a));
+      put(" to ");
+      put(format_duration_ms(spec.max, b, sizeof b));
+      break;
     case OptKind::size:
     case OptKind::count: {
-      // Byte sizes in binary units; plain numbers (counts, milliseconds) as digits.
-      const bool bytes = spec.kind == OptKind::size && spec.unit[0] == 's';
-      const bool duration = is_duration(spec);
+      // Byte sizes in binary units; counts as digits.
+      const bool bytes = spec.kind == OptKind::size;
       if (spec.kind == OptKind::size && spec.nchoices != 0) {
         put(spec.choices[0]);
         put(" or ");
       }
       auto show = [&](std::uint64_t v, char* buf, unsigned n) {
-        return bytes ? format_size(v, buf, n) : duration ? format_duration_ms(v, buf, n) : format_count(v, buf, n);
+        return bytes ? format_size(v, buf, n) : format_count(v, buf, n);
       };
       put(show(spec.min, a, sizeof a));
       put(" to ");
@@ -194,7 +210,52 @@ const OptionSpec* find_option(const char* env) {
   return nullptr;
 }
 
-void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn) {
+const char* nearest_option(const char* name, unsigned len) {
+  // Levenshtein distance, one row at a time, on the stack.
+  constexpr unsigned kMax = 64;
+  if (len > kMax) return nullptr;
+  const char* best = nullptr;
+  unsigned best_d = kMax + 1;
+  for (const OptionSpec& o : kOptions) {
+    unsigned m = 0;
+    while (o.env[m] != '\0') ++m;
+    if (m > kMax) continue;
+    unsigned row[kMax + 1];
+    for (unsigned j = 0; j <= m; ++j) row[j] = j;
+    for (unsigned i = 1; i <= len; ++i) {
+      unsigned diag = row[0];
+      row[0] = i;
+      for (unsigned j = 1; j <= m; ++j) {
+        const unsigned up = row[j];
+        const unsigned sub = diag + (name[i - 1] == o.env[j - 1] ? 0 : 1);
+        unsigned v = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+        row[j] = sub < v ? sub : v;
+        diag = up;
+      }
+    }
+    if (row[m] < best_d) {
+      best_d = row[m];
+      best = o.env;
+    }
+  }
+  // Compared past the common "LOWTIDE_": a third of the rest, at least 2.
+  const unsigned rest = len > 8 ? len - 8 : 0;
+  const unsigned limit = rest / 3 > 2 ? rest / 3 : 2;
+  return best_d <= limit ? best : nullptr;
+}
+
+namespace {
+bool is_tool_variable(const char* name, unsigned len) {
+  for (const char* const* t = kToolVariables; *t != nullptr; ++t) {
+    unsigned i = 0;
+    while (i < len && (*t)[i] == name[i]) ++i;
+    if (i == len && (*t)[i] == '\0') return true;
+  }
+  return false;
+}
+}  // namespace
+
+void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown) {
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
     const char* reason = nullptr;
     std::uint64_t v = 0;
@@ -206,9 +267,11 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn)
   for (const char* const* e = envp; *e != nullptr; ++e) {
     const char* entry = *e;
     if (entry[0] != 'L' || entry[1] != 'O' || entry[2] != 'W') continue;
+    bool known = false;
     for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
       const char* text = match(entry, kOptions[i].env);
       if (text == nullptr) continue;
+      known = true;
       const char* reason = nullptr;
       std::uint64_t v = 0;
       if (parse_one(kOptions[i], text, &v, &reason)) {
@@ -218,6 +281,13 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn)
         warn(kOptions[i].env, text, reason, kOptions[i].default_text);
       }
     }
+    if (known || unknown == nullptr) continue;
+    const char* prefix = "LOWTIDE_";
+    unsigned n = 0;
+    while (prefix[n] != '\0' && entry[n] == prefix[n]) ++n;
+    if (prefix[n] != '\0') continue;
+    while (entry[n] != '\0' && entry[n] != '=') ++n;
+    if (!is_tool_variable(entry, n)) unknown(entry, n, nearest_option(entry, n));
   }
 }
 

@@ -10,7 +10,9 @@ namespace lowtide {
 enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
                        limit, cgroup_root, decay_min_ms, sites_python, live, stats_interval, count };
 
-enum class OptKind { size, choice, text, count };  // count: a plain whole number
+// count: a plain whole number; duration: milliseconds, read by
+// parse_duration_ms ("500", "500ms", "2s"; no size suffixes).
+enum class OptKind { size, choice, text, count, duration };
 
 struct OptionSpec {
   const char* env;           // environment variable name
@@ -53,8 +55,24 @@ const OptionSpec* find_option(const char* env);
 using WarnFn = void (*)(const char* env, const char* value, const char* reason,
                         const char* default_text);
 
+// Called with (the entry's name, its length, the nearest option's name or
+// nullptr when none is near) for each LOWTIDE_* name in the environment that
+// is neither an option nor one of kToolVariables.
+using UnknownFn = void (*)(const char* name, unsigned len, const char* nearest);
+
+// LOWTIDE_* names that are not settings of the library but are set or read
+// by lowtide's own tools and tests (the launcher, the test harness, the
+// report's owner marker): never warned about. nullptr-terminated.
+extern const char* const kToolVariables[];
+
+// The option name nearest to name[0, len) by edit distance, if it is near
+// enough to be a misspelling (at most a third of the length past
+// "LOWTIDE_", and at least 2 edits allowed), else nullptr. No allocation:
+// names longer than 64 have none.
+const char* nearest_option(const char* name, unsigned len);
+
 // Fill cfg from an environ-style array. In a setuid/setgid process (secure)
-// every LOWTIDE_* variable is ignored.
-void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn);
+// every LOWTIDE_* variable is ignored, and none is warned about.
+void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown = nullptr);
 
 }  // namespace lowtide

@@ -178,6 +178,67 @@ void write_stderr(const char* s, std::size_t n) {
   }
 }
 
+namespace {
+std::uint64_t* map_counter(int fd) {
+  void* p = ::mmap(nullptr, kPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<std::uint64_t*>(p);
+}
+
+// fd is the counter: a regular file of at least a page, this device and
+// inode, our uid.
+bool is_counter(int fd, std::uint64_t dev, std::uint64_t ino) {
+  struct stat st;
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_dev) == dev &&
+         static_cast<std::uint64_t>(st.st_ino) == ino && st.st_uid == ::geteuid() &&
+         st.st_size >= static_cast<off_t>(kPageSize);
+}
+
+char* put_decimal(char* o, char* end, unsigned long v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0 && o < end) *o++ = tmp[--n];
+  return o;
+}
+}  // namespace
+
+std::uint64_t* shared_counter_create(int* fd, std::uint64_t* dev, std::uint64_t* ino) {
+  // Not MFD_CLOEXEC: see platform.hpp.
+  int f = static_cast<int>(::syscall(SYS_memfd_create, "lowtide-children", 0u));
+  if (f < 0) return nullptr;
+  struct stat st;
+  std::uint64_t* p = nullptr;
+  if (::ftruncate(f, static_cast<off_t>(kPageSize)) == 0 && ::fstat(f, &st) == 0) p = map_counter(f);
+  if (p == nullptr) {
+    ::close(f);
+    return nullptr;
+  }
+  *fd = f;
+  *dev = static_cast<std::uint64_t>(st.st_dev);
+  *ino = static_cast<std::uint64_t>(st.st_ino);
+  return p;
+}
+
+std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint64_t ino) {
+  if (fd >= 0 && is_counter(fd, dev, ino)) return map_counter(fd);
+  char path[64];
+  char* end = path + sizeof path - 1;
+  char* o = path;
+  for (const char* t = "/proc/"; *t; ++t) *o++ = *t;
+  o = put_decimal(o, end, static_cast<unsigned long>(pid));
+  for (const char* t = "/fd/"; *t && o < end; ++t) *o++ = *t;
+  o = put_decimal(o, end, static_cast<unsigned long>(fd));
+  *o = '\0';
+  int f = ::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (f < 0) return nullptr;
+  std::uint64_t* p = is_counter(f, dev, ino) ? map_counter(f) : nullptr;
+  ::close(f);
+  return p;
+}
+
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
   // Never blocks: O_NONBLOCK, and only a regular file is read (/proc and

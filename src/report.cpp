@@ -38,7 +38,55 @@ bool forked_child = false;
 bool exec_child = false;
 std::atomic<bool> reported{false};
 
+// "PID" or "PID:FD:DEV:INO": the process that reports, and the counter of
+// processes started from it that did not (pal::shared_counter_create).
 constexpr const char* kOwnerVar = "LOWTIDE_OWNER_PID";
+
+// The count of processes started from the reporting one (forked, or exec'd
+// with LD_PRELOAD and LOWTIDE_* inherited) that exited without a report of
+// their own because LOWTIDE_STATS_FILE has no %p. The owner maps it at
+// start; a forked child inherits the mapping; an exec'd child maps it at
+// exit through what kOwnerVar names.
+struct Children {
+  std::uint64_t* counter = nullptr;
+  int owner_pid = 0, fd = -1;
+  std::uint64_t dev = 0, ino = 0;
+  bool known = false;  // the fields above were read from kOwnerVar
+};
+Children children;
+
+// Parse "PID[:FD:DEV:INO]" into *pid and, when all four are there, children.
+bool parse_owner(const char* s, int* pid) {
+  std::uint64_t v[4] = {0, 0, 0, 0};
+  int n = 0;
+  for (; n < 4; ++n) {
+    if (*s < '0' || *s > '9') return false;
+    while (*s >= '0' && *s <= '9') v[n] = v[n] * 10 + static_cast<std::uint64_t>(*s++ - '0');
+    if (*s != ':') break;
+    ++s;
+  }
+  if (*s != '\0') return false;
+  *pid = static_cast<int>(v[0]);
+  if (n == 3) {
+    children.owner_pid = static_cast<int>(v[0]);
+    children.fd = static_cast<int>(v[1]);
+    children.dev = v[2];
+    children.ino = v[3];
+    children.known = true;
+  }
+  return true;
+}
+
+// One more process that wrote no report. From the exit path: syscalls only.
+void count_unreported() {
+  if (children.counter == nullptr && children.known)
+    children.counter = pal::shared_counter_open(children.owner_pid, children.fd, children.dev, children.ino);
+  if (children.counter != nullptr) __atomic_fetch_add(children.counter, 1, __ATOMIC_RELAXED);
+}
+
+std::uint64_t unreported_children() {
+  return children.counter != nullptr ? __atomic_load_n(children.counter, __ATOMIC_RELAXED) : 0;
+}
 constexpr std::size_t kMaxRows = 256;
 // Rows read from the registry at most; threads past it are folded into one
 // row by stats::snapshot, so totals never lose a count.
@@ -190,6 +238,9 @@ void text_header(Out& o, const Data& d) {
   if (d.snap.partial) o.put("PARTIAL     a lock was held at exit; counters read without it\n");
   if (d.short_of_memory) o.put("SHORT       no memory for the report: fewer rows, possibly truncated\n");
   if (std::uint64_t dr = dropped(); dr != 0) o.put("dropped     {} report(s) for stderr (fd 2 closed or not writable)\n", dr);
+  if (std::uint64_t n = unreported_children(); n != 0)
+    o.put("children    {} process(es) started from this one wrote no report of their own (or it would have "
+          "overwritten this one): put %p in LOWTIDE_STATS_FILE for one report per process\n", n);
   o.put("\n-- process --\n");
   o.put("{:<28}{:>12}\n", "peak RSS (VmHWM)", Human(dbl(d.peak_rss)));
   o.put("{:<28}{:>12}\n", "RSS now", Human(dbl(d.rss)));
@@ -300,8 +351,9 @@ void json_head(Out& o, const Data& d, bool truncated) {
   o.put("{{\"schema\": \"lowtide-report\", \"schema_version\": 1, \"version\": \"{}\", ", LOWTIDE_VERSION);
   o.put("\"pid\": {}, \"command\": ", ::getpid());
   o.json_string(d.command, d.command_len);
-  o.put(", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {}, \"truncated\": {}, \"reports_dropped\": {},\n",
-        route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped());
+  o.put(", \"cutoff\": {}, \"uptime_s\": {:.3f}, \"partial\": {}, \"truncated\": {}, \"reports_dropped\": {}, "
+        "\"unreported_children\": {},\n",
+        route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped(), unreported_children());
   o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
         "\"returned_to_os\": {}, \"limit\": {}, \"limit_source\": \"{}\"}},\n",
         d.peak_rss, d.rss, live(c, stats::small_out, stats::small_freed), live(c, stats::large_out, stats::large_freed),
@@ -489,6 +541,15 @@ bool this_process_reports() {
   return !((forked_child || exec_child) && !has_pid_pattern(g.config.str(Opt::stats_file)));
 }
 
+// A child (forked, or exec'd with our variables) in the report's process
+// tree that writes no report of its own: the file name has no %p.
+bool unreported_child() {
+  if (stats_mode(g.config.get(Opt::stats)) == StatsMode::off) return false;
+  if (static_cast<int>(::getpid()) != g.pid) return false;
+  if (g.mode.load(std::memory_order_acquire) != kReady) return false;
+  return (forked_child || exec_child) && !has_pid_pattern(g.config.str(Opt::stats_file));
+}
+
 int write_periodic() {
   if (!this_process_reports()) return 0;
   periodic_busy.store(true);
@@ -503,7 +564,17 @@ int write_periodic() {
 }
 
 void at_exit(bool from_exit_call) {
-  if (!this_process_reports()) return;
+  if (!this_process_reports()) {
+    // Children (forked, or exec'd with our variables inherited) report only
+    // into files of their own; one that writes none is counted in the
+    // owner's report (count_unreported).
+    if (unreported_child() && !reported.exchange(true)) {
+      int saved = errno;
+      count_unreported();
+      errno = saved;
+    }
+    return;
+  }
   const char* path = g.config.str(Opt::stats_file);
   if (reported.exchange(true)) return;
   int saved = errno;
@@ -526,12 +597,34 @@ void on_start() {
   // Processes exec'd from this one inherit LD_PRELOAD and LOWTIDE_*; the
   // marker tells them they are not the process the user started (the same
   // pid after an exec of itself still is).
-  char want[24];
-  auto r = fmt::format_to_n(want, sizeof want - 1, "{}", ::getpid());
-  want[r.size] = '\0';
+  const int me = static_cast<int>(::getpid());
   const char* owner = ::getenv(kOwnerVar);
-  if (owner == nullptr) ::setenv(kOwnerVar, want, 1);
-  else exec_child = std::strcmp(owner, want) != 0;
+  int owner_pid = 0;
+  if (owner != nullptr && parse_owner(owner, &owner_pid) && owner_pid != me) {
+    exec_child = true;
+    return;
+  }
+  // The process the user started, or it again after an exec of itself (the
+  // counter's fd survives the exec: its children so far stay counted).
+  if (children.known)
+    children.counter = pal::shared_counter_open(me, children.fd, children.dev, children.ino);
+  // Only where children's reports go missing: with %p each writes its own.
+  if (children.counter == nullptr && !has_pid_pattern(g.config.str(Opt::stats_file))) {
+    int fd = -1;
+    std::uint64_t dev = 0, ino = 0;
+    children.counter = pal::shared_counter_create(&fd, &dev, &ino);
+    if (children.counter != nullptr) {
+      children = Children{children.counter, me, fd, dev, ino, true};
+    }
+  }
+  // No counter (a name with %p, or none could be had): pass no stale one on.
+  if (children.counter == nullptr) children.known = false;
+  char want[96];
+  auto r = children.known
+               ? fmt::format_to_n(want, sizeof want - 1, "{}:{}:{}:{}", me, children.fd, children.dev, children.ino)
+               : fmt::format_to_n(want, sizeof want - 1, "{}", me);
+  want[r.size] = '\0';
+  if (owner == nullptr || std::strcmp(owner, want) != 0) ::setenv(kOwnerVar, want, 1);
 }
 
 void on_fork_child() {

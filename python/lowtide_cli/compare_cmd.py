@@ -17,7 +17,22 @@ PEERS = {
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
     "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
 }
-KNOWN = ["glibc"] + list(PEERS)
+# Tuned peers: an allocator (None: glibc) with the settings that make it give
+# memory back soon, exactly as docs and README quote them. A preset's run
+# gets these variables set to these values and nothing else changed.
+PRESETS = {
+    "glibc-tuned": (None, {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}),
+    "jemalloc-tuned": ("jemalloc", {"MALLOC_CONF": "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"}),
+}
+KNOWN = ["glibc"] + list(PEERS) + list(PRESETS)
+
+
+def describe_known():
+    """The allocators --with takes, for --help."""
+    return ", ".join(KNOWN[:1 + len(PEERS)]) + "; tuned presets: " + "; ".join(
+        "%s (%s)" % (n, " ".join("%s=%s" % kv for kv in env.items())
+                     + (" with %s" % base if base else ""))
+        for n, (base, env) in PRESETS.items())
 REPORT_GLOB = "lowtide-report.*.json"
 
 
@@ -41,10 +56,11 @@ def plan(lib, peers_arg):
         return None
     runs = []
     for n in dict.fromkeys(names):
-        if n == "glibc":
+        base = PRESETS[n][0] if n in PRESETS else n
+        if base is None or base == "glibc":
             runs.append((n, None))
-        elif n in PEERS:
-            so, deb = PEERS[n]
+        elif base in PEERS:
+            so, deb = PEERS[base]
             path = os.path.join(peer_libdir(), so)
             if os.path.isfile(path):
                 runs.append((n, path))
@@ -62,6 +78,8 @@ def run_env(name, lib, out):
                                    stats_file=os.path.join(out, REPORT_GLOB.replace("*", "%p")))
     if lib:
         env["LD_PRELOAD"] = lib
+    if name in PRESETS:
+        env.update(PRESETS[name][1])
     return env
 
 

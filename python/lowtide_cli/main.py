@@ -10,7 +10,7 @@ lowtide: run programs under the lowtide allocator and look at what it did.
 
   lowtide run [--cutoff SIZE] [--stats text|json|both|prometheus] [--stats-file PATH] -- CMD ARGS...
   lowtide lib
-  lowtide compare [--with glibc,jemalloc,mimalloc,tcmalloc] [--out DIR] -- CMD ARGS...
+  lowtide compare [--with glibc,jemalloc,...,glibc-tuned,jemalloc-tuned] [--out DIR] -- CMD ARGS...
   lowtide report [--json] [--flame OUT.svg] [--collapsed OUT.txt] [--flame-of peak|total] FILE...
   lowtide doctor [--timeout S] [-- CMD ARGS...]
   lowtide --version
@@ -29,6 +29,7 @@ def split_command(argv):
 
 
 def parser():
+    from . import compare_cmd  # for --with's list of allocators and presets
     p = argparse.ArgumentParser(prog="lowtide", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="store_true", help="print lowtide's version and exit")
@@ -57,7 +58,8 @@ def parser():
                                    "each run's output (DIR/<allocator>.out, .err) and lowtide's reports.",
                        usage="lowtide compare [--with A,B,...] [--out DIR] -- CMD [ARGS...]")
     c.add_argument("--with", dest="peers", default="glibc,jemalloc,mimalloc,tcmalloc",
-                   help="allocators to compare lowtide with (default: %(default)s)")
+                   help="allocators to compare lowtide with: %s (default: %%(default)s)"
+                        % compare_cmd.describe_known())
     c.add_argument("--out", default="lowtide-compare", help="output directory (default: %(default)s)")
     c.add_argument("--interval", type=float, default=0.02, help=argparse.SUPPRESS)
 

@@ -156,8 +156,14 @@ def run_workload(total_bytes=1200 * 1000 * 1000, threads=4,
     rss_before, _ = read_status()
     t0 = time.monotonic()
     per_round = [one_round(r) for r in range(rounds)]
+    rss_early = None
     if settle:
-        time.sleep(settle)
+        # One reading 0.2 s after the free too: where allocators with a
+        # decay period (lowtide's cache, jemalloc's dirty pages) stand then.
+        early = min(0.2, settle)
+        time.sleep(early)
+        rss_early, _ = read_status()
+        time.sleep(settle - early)
         gc.collect()
     t1 = time.monotonic()
     rss_after, peak = read_status()
@@ -174,6 +180,7 @@ def run_workload(total_bytes=1200 * 1000 * 1000, threads=4,
         "rss_built": last["rss_built"],
         "peak": peak,
         "rss_after": rss_after,
+        "rss_after_0_2s": rss_early,
         "per_round": per_round,
         "wall_s": round(t1 - t0, 3),
         "settle_s": settle,

@@ -1,7 +1,8 @@
 // The large-block reuse cache: reuse happens, calloc'd reuse reads as zero,
 // the cap and the decay period bound what is held, the decay thread can be
 // turned off, LOWTIDE_CACHE=0 returns every block at free, and blocks of
-// other sizes are cut from and joined back into cached ones.
+// other sizes are cut from and joined back into cached ones; a realloc
+// growing into a cached block is counted apart from reuse.
 // Runs the scenarios as children with their own LOWTIDE_* settings.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -211,6 +212,32 @@ void scenario_split() {
   std::free(again);
 }
 
+// A realloc that grows into the cached rest of the block it was cut from is
+// counted as what it is (large_grown_into_cache), not as an allocation
+// served from the cache (large_reused): a malloc cut from a cached block is
+// reused and not grown, the realloc grown and not reused.
+void scenario_grow() {
+  std::free(touch(4 * MiB));
+  lowtide_stats a = get();
+  EXPECT(a.large_cached_bytes >= 4 * MiB, "4 MiB block not cached: %llu", (unsigned long long)a.large_cached_bytes);
+  void* q = touch(MiB);
+  lowtide_stats b = get();
+  EXPECT(b.large_reused - a.large_reused == 1, "malloc cut from the cache: reused +%llu",
+         (unsigned long long)(b.large_reused - a.large_reused));
+  EXPECT(b.large_grown_into_cache == a.large_grown_into_cache, "a malloc counted as grown: +%llu",
+         (unsigned long long)(b.large_grown_into_cache - a.large_grown_into_cache));
+  void* r = std::realloc(q, 2 * MiB);
+  lowtide_stats c = get();
+  EXPECT(r == q, "realloc did not grow in place into the cached rest (%p -> %p)", q, r);
+  EXPECT(c.large_grown_into_cache - b.large_grown_into_cache == 1, "realloc into the cache: grown +%llu",
+         (unsigned long long)(c.large_grown_into_cache - b.large_grown_into_cache));
+  EXPECT(c.large_reused == b.large_reused, "the realloc counted as an allocation reused: +%llu",
+         (unsigned long long)(c.large_reused - b.large_reused));
+  EXPECT(c.large_maps == b.large_maps, "the realloc counted as a block handed out: +%llu",
+         (unsigned long long)(c.large_maps - b.large_maps));
+  std::free(r);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) {
     std::string s = argv[1];
@@ -219,6 +246,7 @@ int main(int argc, char** argv) {
     else if (s == "cap") scenario_cap();
     else if (s == "nothread") scenario_no_thread();
     else if (s == "split") scenario_split();
+    else if (s == "grow") scenario_grow();
     else return 2;
     return failures == 0 ? 0 : 1;
   }
@@ -227,8 +255,9 @@ int main(int argc, char** argv) {
   const char* const cap[] = {"LOWTIDE_CACHE", "8M", nullptr};
   const char* const nothread[] = {"LOWTIDE_DECAY_THREAD", "off", "LOWTIDE_DECAY_MS", "100", nullptr};
   const char* const split[] = {"LOWTIDE_DECAY_MS", "60000", nullptr};
+  const char* const grow[] = {"LOWTIDE_DECAY_MS", "60s", nullptr};  // a duration with its unit
   int bad = child("reuse", reuse) + child("off", off) + child("cap", cap) + child("nothread", nothread) +
-            child("split", split);
+            child("split", split) + child("grow", grow);
   std::printf("%s\n", bad == 0 ? "PASS cache" : "FAIL cache");
   return bad == 0 ? 0 : 1;
 }

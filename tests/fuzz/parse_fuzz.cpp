@@ -5,11 +5,16 @@
 //
 // The input is a list of lines. Each line's first byte picks a LOWTIDE_*
 // option and the rest is its value; every value also goes through
-// parse_size and parse_choice directly. Whatever the bytes, the parsers
+// parse_size, parse_duration_ms and parse_choice directly, and as the name
+// of a LOWTIDE_* variable that is no option (the unknown-name warning and
+// its nearest_option). Whatever the bytes, the parsers
 // must not crash or read out of bounds (ASan), must not overflow (UBSan),
 // and must keep their contracts:
 //   - parse_size leaves the output alone unless it returns ok, and what it
 //     accepts prints back (format_size) to the same value;
+//   - parse_duration_ms the same (format_duration_ms reads back);
+//   - nearest_option returns nullptr or an option's name, and load_config
+//     reports each name that is not an option once, with its exact length;
 //   - load_config gives every option a value in its documented range, text
 //     values NUL-terminated and shorter than kTextMax, and warns at most once
 //     per rejected line;
@@ -40,10 +45,29 @@ namespace {
 
 int g_warnings = 0;
 void count_warning(const char*, const char*, const char*, const char*) { ++g_warnings; }
-
 [[noreturn]] void broken(const char* what) {
   std::fprintf(stderr, "parse_fuzz: contract broken: %s\n", what);
   std::abort();
+}
+
+int g_unknown = 0;
+void count_unknown(const char* name, unsigned len, const char* nearest) {
+  ++g_unknown;
+  if (std::strncmp(name, "LOWTIDE_", 8) != 0 || len < 8) broken("unknown name is not a LOWTIDE_ name");
+  if (name[len] != '=' || std::memchr(name, '=', len) != nullptr) broken("unknown name's length is not up to its '='");
+  if (nearest != nullptr && find_option(nearest) == nullptr) broken("nearest_option is not an option");
+}
+
+void check_duration(const char* s) {
+  std::uint64_t v = 0x5A5A5A5A5A5A5A5Aull;
+  if (parse_duration_ms(s, &v) != ParseStatus::ok) {
+    if (v != 0x5A5A5A5A5A5A5A5Aull) broken("parse_duration_ms wrote its output on failure");
+    return;
+  }
+  char buf[40];
+  format_duration_ms(v, buf, sizeof buf);
+  std::uint64_t back = 0;
+  if (parse_duration_ms(buf, &back) != ParseStatus::ok || back != v) broken("format_duration_ms does not read back");
 }
 
 void check_size(const char* s) {
@@ -169,6 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string in(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> entries;
   std::size_t lines = 0;
+  int unknown_lines = 0;
   for (std::size_t at = 0; at <= in.size();) {
     std::size_t nl = in.find('\n', at);
     if (nl == std::string::npos) nl = in.size();
@@ -180,6 +205,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string value = line.substr(1);
     value = value.substr(0, std::strlen(value.c_str()));  // an environment string ends at its first NUL
     check_size(value.c_str());
+    check_duration(value.c_str());
     check_path(value);
     check_json(line.substr(1));  // all bytes, NULs too
     const OptionSpec& o = kOptions[which];
@@ -188,6 +214,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (i < -1 || i >= o.nchoices) broken("parse_choice index out of range");
     }
     entries.push_back(std::string(o.env) + "=" + value);
+    // The value as a variable's name: not an option unless it spells one.
+    const std::string name = "LOWTIDE_" + value.substr(0, value.find('='));
+    if (find_option(name.c_str()) == nullptr) {
+      const char* near = nearest_option(name.c_str(), static_cast<unsigned>(name.size()));
+      if (near != nullptr && find_option(near) == nullptr) broken("nearest_option is not an option");
+      entries.push_back(name + "=1");
+      ++unknown_lines;
+    }
   }
   std::vector<const char*> envp;
   for (const std::string& e : entries) envp.push_back(e.c_str());
@@ -195,14 +229,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   static Config cfg;
   g_warnings = 0;
-  load_config(&cfg, envp.data(), false, &count_warning);
+  g_unknown = 0;
+  load_config(&cfg, envp.data(), false, &count_warning, &count_unknown);
   if (g_warnings > static_cast<int>(lines)) broken("more warnings than lines");
+  // Tool variables (kToolVariables) are not reported: at most one per line.
+  if (g_unknown > unknown_lines) broken("more unknown names reported than were set");
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
     const OptionSpec& o = kOptions[i];
     if (std::memchr(cfg.text[i], '\0', kTextMax) == nullptr) broken("text value not NUL-terminated");
     // A size option with a word (LOWTIDE_LIMIT's "cgroup") may hold kSizeWord.
     const bool word = o.kind == OptKind::size && o.nchoices != 0 && cfg.value[i] == kSizeWord;
     if (o.kind == OptKind::size && !word && (cfg.value[i] < o.min || cfg.value[i] > o.max)) broken("size out of range");
+    if (o.kind == OptKind::duration && (cfg.value[i] < o.min || cfg.value[i] > o.max)) broken("duration out of range");
     if (o.kind == OptKind::choice && cfg.value[i] >= static_cast<std::uint64_t>(o.nchoices)) broken("bad choice");
     if (o.kind == OptKind::text && std::strlen(cfg.text[i]) != cfg.value[i]) broken("text length");
   }

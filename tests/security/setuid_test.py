@@ -6,9 +6,10 @@ fresh directory and run as nobody with MIMALLOC_* and LOWTIDE_* variables
 that would each be visible if obeyed: MIMALLOC_VERBOSE / SHOW_STATS /
 SHOW_ERRORS print on stderr, LOWTIDE_CUTOFF=4096 would send an 8 KiB block
 to the large path, LOWTIDE_STATS + LOWTIDE_STATS_FILE would write a report
-file. The same copy, not setuid, run with the same environment, is the
-control: there every variable must show its effect (so the secure run's
-silence means something).
+file, a misspelt LOWTIDE_STAT would be warned about. The same copy, not
+setuid, run with the same environment, is the control: there every
+variable must show its effect (so the secure run's silence means
+something).
 
 Needs root (to make a setuid-root file); as another user it is skipped
 (exit 77) with the reason printed. As root, failing to set the binary up is
@@ -55,7 +56,8 @@ def case(args, tmp):
     report = os.path.join(tmp, "r.json")
     env = clean_env(MIMALLOC_VERBOSE="1", MIMALLOC_SHOW_STATS="1", MIMALLOC_SHOW_ERRORS="1",
                     MIMALLOC_PAGE_RESET="1", MIMALLOC_RESERVE_OS_MEMORY="64MiB",
-                    LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=report, LOWTIDE_CUTOFF="4096")
+                    LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=report, LOWTIDE_CUTOFF="4096",
+                    LOWTIDE_STAT="text")  # misspelt: warned about, except when secure
 
     # Control: not secure (root runs its own file); every variable shows.
     rc, out, err = lttest.run([copy], env, 60, show_failure=True)
@@ -66,6 +68,7 @@ def case(args, tmp):
     check(facts.get("large_maps_for_8k") == "1", f"control run: LOWTIDE_CUTOFF=4096 makes 8 KiB large: {facts}")
     check(os.path.exists(report), "control run: LOWTIDE_STATS_FILE report written")
     check(facts.get("term_int_caught") == "2", f"control run: lowtide's SIGTERM/SIGINT handlers installed: {facts}")
+    check("LOWTIDE_STAT is not a lowtide setting" in err, f"control run: the misspelt name is warned about: {err[:300]!r}")
     if os.path.exists(report):
         os.unlink(report)
 

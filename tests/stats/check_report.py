@@ -71,14 +71,14 @@ PATH_KEYS = ["requested", "out", "freed", "live"]
 LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes", "returned_bytes",
               "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live",
               "released_at_free", "released_decay", "released_demand", "released_limit", "released_room",
-              "cached_peak", "cached_byte_seconds"]
+              "cached_peak", "cached_byte_seconds", "grown_into_cache"]
 
 
 def check_schema(r, pid=None):
     """Every field docs/report.md describes, with its type; totals are the
     sums of the rows; the histogram's counts add up to the allocating calls."""
     check(list(r.keys()) == ["schema", "schema_version", "version", "pid", "command", "cutoff", "uptime_s",
-                             "partial", "truncated", "reports_dropped", "process", "totals", "large", "threads", "histogram", "sites"],
+                             "partial", "truncated", "reports_dropped", "unreported_children", "process", "totals", "large", "threads", "histogram", "sites"],
           f"top-level keys {list(r.keys())}")
     check(r["schema"] == "lowtide-report" and r["schema_version"] == 1, "schema, schema_version")
     check(re.fullmatch(r"\d+\.\d+\.\d+", r["version"]) is not None, f"version {r['version']!r}")

@@ -74,7 +74,7 @@ TEST_CASE("docs/configuration.md documents every option with its default") {
     CHECK(line.find(std::string("`") + o.default_text + "`") != std::string::npos);
     // | `NAME` | unit | `default` | ...
     CHECK(line.find(std::string("` | ") + o.unit + " | `") != std::string::npos);
-    if (o.kind == OptKind::size || o.kind == OptKind::count) {
+    if (o.kind == OptKind::size || o.kind == OptKind::count || o.kind == OptKind::duration) {
       char valid[160];
       describe_valid(o, valid, sizeof valid);
       CHECK(line.find(std::string("Accepted range ") + valid + ".") != std::string::npos);
@@ -101,7 +101,7 @@ TEST_CASE("describe_valid names what each kind accepts") {
   describe_valid(*find_option("LOWTIDE_CUTOFF"), buf, sizeof buf);
   CHECK(std::string(buf) == "4 KiB to 1 TiB");
   describe_valid(*find_option("LOWTIDE_DECAY_MS"), buf, sizeof buf);
-  CHECK(std::string(buf) == "1 to 3600000");
+  CHECK(std::string(buf) == "1 ms to 3600 s");
   describe_valid(*find_option("LOWTIDE_HUGEPAGES"), buf, sizeof buf);
   CHECK(std::string(buf) == "on, off, advise");
   describe_valid(*find_option("LOWTIDE_STATS_FILE"), buf, sizeof buf);
@@ -147,10 +147,16 @@ TEST_CASE("every option: empty, garbage, negative, huge and overflowing values w
   const std::vector<std::string> choice_bad = {"", " ", "garbage", "-1", "2", "99999999999999999999", "onn",
                                                "on off", long_text};
   const std::vector<std::string> text_bad = {"", std::string(kTextMax, 'p')};
+  const std::vector<std::string> duration_bad = {"", "   ", "abc", "-1", "+5", "1.5s", "0x10", "1e3", "12 34",
+                                                 "1K", "1M", "2m", "5 ms s", "5sec", "1h", "99999999999999999999999",
+                                                 "18446744073709551615s", long_text};
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
     const OptionSpec& o = kOptions[i];
-    std::vector<std::string> bad = o.kind == OptKind::size ? size_bad : o.kind == OptKind::choice ? choice_bad : text_bad;
-    if (o.kind == OptKind::size) {
+    std::vector<std::string> bad = o.kind == OptKind::size       ? size_bad
+                                   : o.kind == OptKind::choice   ? choice_bad
+                                   : o.kind == OptKind::duration ? duration_bad
+                                                                 : text_bad;
+    if (o.kind == OptKind::size || o.kind == OptKind::duration) {
       if (o.min > 0) bad.push_back(std::to_string(o.min - 1));  // just below the range
       bad.push_back(std::to_string(o.max + 1));                  // just above it
     }
@@ -195,4 +201,63 @@ TEST_CASE("a bad value for one option leaves the others as set") {
   CHECK(c.get(Opt::cache) == 0);
   CHECK(stats_mode(c.get(Opt::stats)) == StatsMode::json);
   CHECK(c.get(Opt::decay_ms) == 500);
+}
+
+TEST_CASE("durations take ms and s; a bare number is milliseconds; size suffixes are refused") {
+  CHECK(load({"LOWTIDE_DECAY_MS=250"}).get(Opt::decay_ms) == 250);
+  CHECK(load({"LOWTIDE_DECAY_MS=250ms"}).get(Opt::decay_ms) == 250);
+  CHECK(load({"LOWTIDE_DECAY_MS=2s"}).get(Opt::decay_ms) == 2000);
+  CHECK(load({"LOWTIDE_DECAY_MS= 3 S "}).get(Opt::decay_ms) == 3000);
+  CHECK(load({"LOWTIDE_DECAY_MS=3600s"}).get(Opt::decay_ms) == 3'600'000);
+  CHECK(warnings.empty());
+  // "1K" was read as 1024 ms by the size parser; "1s" was refused.
+  for (const char* bad : {"LOWTIDE_DECAY_MS=1K", "LOWTIDE_DECAY_MS=1M", "LOWTIDE_DECAY_MS=3601s",
+                          "LOWTIDE_DECAY_MS=0s", "LOWTIDE_DECAY_MS=1.5s"}) {
+    INFO(bad);
+    Config c = load({bad});
+    CHECK(c.get(Opt::decay_ms) == 500);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("|500ms") != std::string::npos);
+  }
+  CHECK(load({"LOWTIDE_DECAY_MS=1K"}).get(Opt::decay_ms) != 1024);
+  CHECK(warnings[0].find("not a duration") != std::string::npos);
+}
+
+namespace {
+std::vector<std::string> unknown;
+void record_unknown(const char* name, unsigned len, const char* nearest) {
+  unknown.push_back(std::string(name, len) + "|" + (nearest ? nearest : "-"));
+}
+std::vector<std::string> unknown_names(std::vector<const char*> env, bool secure = false) {
+  unknown.clear();
+  env.push_back(nullptr);
+  Config c{};
+  load_config(&c, env.data(), secure, nullptr, &record_unknown);
+  return unknown;
+}
+}  // namespace
+
+TEST_CASE("unknown LOWTIDE_ names are reported once each, with the nearest setting") {
+  CHECK(unknown_names({"LOWTIDE_STAT=text"}) == std::vector<std::string>{"LOWTIDE_STAT|LOWTIDE_STATS"});
+  CHECK(unknown_names({"LOWTIDE_CUTOF=1M", "LOWTIDE_DECAYMS=5", "LOWTIDE_STATS_FLIE=x"}) ==
+        std::vector<std::string>{"LOWTIDE_CUTOF|LOWTIDE_CUTOFF", "LOWTIDE_DECAYMS|LOWTIDE_DECAY_MS",
+                                 "LOWTIDE_STATS_FLIE|LOWTIDE_STATS_FILE"});
+  // Far from every setting: no suggestion. A name longer than any: none.
+  CHECK(unknown_names({"LOWTIDE_FROBNICATE=1"}) == std::vector<std::string>{"LOWTIDE_FROBNICATE|-"});
+  const std::string longname = "LOWTIDE_" + std::string(100, 'S') + "=1";
+  CHECK(unknown_names({longname.c_str()}).size() == 1);
+  CHECK(unknown[0].substr(unknown[0].size() - 2) == "|-");
+  // Options, tool variables, other prefixes and setuid processes: nothing.
+  CHECK(unknown_names({"LOWTIDE_STATS=text", "LOWTIDE_OWNER_PID=1", "LOWTIDE_TEST_LIB=x", "LOWTIDE_BUILD_DIR=b",
+                       "LOWTIDEX=1", "XLOWTIDE_STAT=1", "PATH=/bin"})
+            .empty());
+  CHECK(unknown_names({"LOWTIDE_STAT=text"}, true).empty());
+  for (const char* const* t = kToolVariables; *t != nullptr; ++t) CHECK(find_option(*t) == nullptr);
+}
+
+TEST_CASE("nearest_option: a misspelling, not anything") {
+  CHECK(std::string(nearest_option("LOWTIDE_HUGEPAGE", 16)) == "LOWTIDE_HUGEPAGES");
+  CHECK(std::string(nearest_option("LOWTIDE_LIMT", 12)) == "LOWTIDE_LIMIT");
+  CHECK(nearest_option("LOWTIDE_COLOUR", 14) == nullptr);
+  CHECK(nearest_option("LOWTIDE_", 8) == nullptr);
 }

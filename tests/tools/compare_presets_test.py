@@ -1,0 +1,67 @@
+"""`lowtide compare --with glibc-tuned,jemalloc-tuned`:
+
+  compare_presets_test.py LAUNCHER BUILD_DIR
+
+The tuned presets run the command with exactly their settings: under
+glibc-tuned GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 and no
+preload; under jemalloc-tuned LD_PRELOAD=libjemalloc.so.2 and
+MALLOC_CONF=background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0;
+the lowtide run has neither. The command prints its environment, so what
+each run got is read back from DIR/<allocator>.out. `compare --help` lists
+both presets with their settings, and an unknown name is refused."""
+import json
+import os
+import sys
+import tempfile
+
+from tools_common import check, clean_env, finish, run
+
+launcher, build = sys.argv[1], os.path.abspath(sys.argv[2])
+GLIBC = "glibc.malloc.mmap_threshold=131072"
+JEMALLOC = "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"
+KEYS = ("GLIBC_TUNABLES", "MALLOC_CONF", "LD_PRELOAD")
+PRINT_ENV = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % (KEYS,)
+
+with tempfile.TemporaryDirectory(prefix="lowtide-presets-") as tmp:
+    out = os.path.join(tmp, "cmp")
+    env = clean_env(LOWTIDE_BUILD_DIR=build)
+    for k in KEYS:
+        env.pop(k, None)
+    rc, stdout, err = run([launcher, "compare", "--with", "glibc-tuned,jemalloc-tuned", "--out", out, "--",
+                           "/usr/bin/python3", "-c", PRINT_ENV], env, timeout=120)
+    check(rc == 0, "compare rc %d: %s" % (rc, err[-2000:]))
+    got = {}
+    for name in ("glibc-tuned", "jemalloc-tuned", "lowtide"):
+        try:
+            with open(os.path.join(out, name + ".out")) as f:
+                got[name] = json.loads(f.read())
+        except (OSError, ValueError) as e:
+            check(False, "%s: no environment printed: %s" % (name, e))
+            got[name] = {}
+    g, j, lt = got["glibc-tuned"], got["jemalloc-tuned"], got["lowtide"]
+    check(g.get("GLIBC_TUNABLES") == GLIBC, "glibc-tuned: GLIBC_TUNABLES=%r" % g.get("GLIBC_TUNABLES"))
+    check(g.get("MALLOC_CONF") is None and g.get("LD_PRELOAD") is None, "glibc-tuned: nothing else set: %r" % g)
+    check(j.get("MALLOC_CONF") == JEMALLOC, "jemalloc-tuned: MALLOC_CONF=%r" % j.get("MALLOC_CONF"))
+    check(os.path.basename(j.get("LD_PRELOAD") or "") == "libjemalloc.so.2",
+          "jemalloc-tuned: LD_PRELOAD=%r" % j.get("LD_PRELOAD"))
+    check(j.get("GLIBC_TUNABLES") is None, "jemalloc-tuned: no GLIBC_TUNABLES: %r" % j)
+    check(lt.get("GLIBC_TUNABLES") is None and lt.get("MALLOC_CONF") is None,
+          "lowtide's run gets neither tunable: %r" % lt)
+    check("liblowtide" in (lt.get("LD_PRELOAD") or ""), "lowtide's run preloads lowtide: %r" % lt)
+    with open(os.path.join(out, "compare.md")) as f:
+        md = f.read()
+    for name in ("glibc-tuned", "jemalloc-tuned"):
+        check(("| %s | 0 |" % name) in md, "compare.md row for %s" % name)
+
+    rc, stdout, err = run([launcher, "compare", "--help"], env, timeout=60)
+    flat = "".join(stdout.split())  # argparse wraps lines, also inside names
+    check(rc == 0, "compare --help rc %d" % rc)
+    check("glibc-tuned(GLIBC_TUNABLES=%s)" % GLIBC in flat, "--help lists glibc-tuned: %s" % stdout)
+    check("jemalloc-tuned(MALLOC_CONF=%swithjemalloc)" % JEMALLOC in flat, "--help lists jemalloc-tuned")
+
+    rc, stdout, err = run([launcher, "compare", "--with", "glibc-tunned", "--out", out, "--", "/bin/true"], env,
+                          timeout=60)
+    check(rc == 2 and "unknown allocator(s) glibc-tunned" in err and "jemalloc-tuned" in err,
+          "an unknown name is refused, the known ones listed: rc %d %r" % (rc, err))
+
+finish()
