@@ -8,6 +8,8 @@
 
 LOWTIDE_DEMO_DEBS=(
   libmimalloc-dev libmimalloc2.0 meson ninja-build g++ libfmt-dev pkg-config python3
+  # the demo's peers: jemalloc, plain and tuned (glibc is always there)
+  libjemalloc2
   # call sites' names for static functions and file:line (src/symbolize.cpp
   # dlopens libdw.so.1; the -dev package for its headers)
   libdw-dev
@@ -18,7 +20,7 @@ LOWTIDE_TEST_DEBS=(
   catch2 python3-numpy libunwind-dev binutils cmake
   # tests/tools: lowtide compare runs every peer and draws its plot; the
   # Dask demo runs a distributed LocalCluster
-  libjemalloc2 libtcmalloc-minimal4 python3-matplotlib python3-distributed
+  libtcmalloc-minimal4 python3-matplotlib python3-distributed
   # reliability (docs/reliability.md): valgrind on the unit tests, libFuzzer
   # (clang with its runtime), clang-tidy and cppcheck (scripts/lint), and the
   # real programs of the 'real' suite: git, sqlite3, Python's own regression

@@ -25,8 +25,9 @@ from lttest import check, clean_env, finish  # noqa: E402
 NOT_VARIABLES = {
     "LOWTIDE_STAT",            # the counter table's macro (and a misspelling tests use)
     "LOWTIDE_VERSION", "LOWTIDE_0", "LOWTIDE_NO_COUNTERS", "LOWTIDE_INVARIANTS", "LOWTIDE_LOWTIDE_H",
-    "LOWTIDE_STATS_DEF", "LOWTIDE_CONFIGURED", "LOWTIDE_DEBS",
+    "LOWTIDE_STATS_DEF", "LOWTIDE_CONFIGURED", "LOWTIDE_DEBS", "LOWTIDE_DEMO_DEBS", "LOWTIDE_TEST_DEBS",
     "LOWTIDE_REPORT_CONFIGURED", "LOWTIDE_REPORT_TEXT", "LOWTIDE_REPORT_JSON", "LOWTIDE_REPORT_BOTH",
+    "LOWTIDE_REPORT_PROMETHEUS",
     "LOWTIDE_X",               # tests/stress/subprocess_test.py: a variable no one knows, on purpose
     "LOWTIDE_CUTOF", "LOWTIDE_CUTOFFX",  # misspellings in tests
 }

@@ -293,7 +293,11 @@ def case_churn(a, tmp):
     folded = [row for row in r["threads"] if row["folded"] != 0]
     check(len(folded) == 1 and len(named) == 256, f"{len(named)} rows + {len(folded)} folded")
     if folded:
-        check(len(named) + folded[0]["folded"] == n + 1, f"{n + 1} threads accounted for")
+        # The workers and the main thread, and lowtide-decay's row if it gave
+        # cached blocks back while the program ran (its counts are of bytes
+        # returned only: the lightest row, so folded).
+        seen = len(named) + folded[0]["folded"]
+        check(seen in (n + 1, n + 2), f"{n + 1} threads (+ lowtide-decay) accounted for: {seen}")
     # The rows kept are the heaviest threads (by bytes handed out: each one
     # large block's usable size, equal for neighbouring sizes), each with its
     # own exact counts; the main thread is lighter.

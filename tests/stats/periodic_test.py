@@ -147,8 +147,8 @@ def case_interval_unwritable(a, tmp):
 
 
 def case_bad_interval(a, tmp):
-    for value, why in (("20ms", "below the minimum"), ("2d", "not a duration (e.g. 500ms, 10s, 2m)"),
-                       ("-1s", "not a duration (e.g. 500ms, 10s, 2m)"),
+    for value, why in (("20ms", "below the minimum"), ("2d", "not a duration (e.g. 500ms, 10s, 2m; a bare number is milliseconds)"),
+                       ("-1s", "not a duration (e.g. 500ms, 10s, 2m; a bare number is milliseconds)"),
                        ("25h", "above the maximum")):
         env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json"),
                         LOWTIDE_STATS_INTERVAL=value)
