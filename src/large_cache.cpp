@@ -425,36 +425,28 @@ std::atomic<bool> thread_started{false};
 void (*on_thread_start)() = nullptr;
 pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
-// The process's demand for memory: mimalloc's committed bytes plus the
-// large blocks live. What the cache holds beyond the recent peak of demand
-// (over the last one to two decay periods) minus the demand now, and a
-// slack, goes back: freed blocks give way to the memory the process asks
-// for next (a burst of large temporaries freed, then small objects built),
-// so the cache never lifts the process above its recent peak. Only the decay
-// thread runs this; the large peak is exact (kept by every large
-// allocation), mimalloc's commit is read at each tick.
-constexpr std::size_t kDemandSlack = std::size_t{8} << 20;
-std::uint64_t demand_peak_now = 0, demand_peak_before = 0, demand_since_ns = 0;
+// Cached blocks give way to memory the process takes from elsewhere: what
+// mimalloc commits while the cache holds blocks is given back from the
+// cache, oldest first (a burst of large temporaries freed, then small
+// objects built: the cache does not add to that peak). Large allocations need
+// no such rule: they are served from the cache itself. Only the decay thread
+// runs this, at each tick; mimalloc's commit is read each time (one
+// getrusage, no lock).
+std::size_t small_seen = 0;
 // mimalloc's committed bytes (small::committed), given by init: the unit
 // tests link this file without mimalloc.
 std::size_t (*small_committed_fn)() = nullptr;
 
+std::size_t small_committed() { return small_committed_fn != nullptr ? small_committed_fn() : 0; }
+
 void trim_for_demand() {
-  const std::size_t small = small_committed_fn != nullptr ? small_committed_fn() : 0;
-  const std::uint64_t large_peak = stats::large_window_peak_take();
-  const std::uint64_t live = small + stats::large_live_now();
-  const std::uint64_t now = pal::now_ns();
-  if (age_ns(now, demand_since_ns) >= production_cache.decay_ns()) {
-    demand_peak_before = demand_peak_now;
-    demand_peak_now = 0;
-    demand_since_ns = now;
+  const std::size_t small = small_committed();
+  if (small > small_seen) {
+    const std::size_t held = production_cache.cached_bytes();
+    const std::size_t grown = small - small_seen;
+    if (held != 0) production_cache.trim(grown < held ? grown : held, Reason::demand);
   }
-  const std::uint64_t sampled = small + large_peak;
-  if (sampled > demand_peak_now) demand_peak_now = sampled;
-  const std::uint64_t peak = demand_peak_now > demand_peak_before ? demand_peak_now : demand_peak_before;
-  const std::size_t room = (peak > live ? peak - live : 0) + kDemandSlack;
-  const std::size_t held = production_cache.cached_bytes();
-  if (held > room) production_cache.trim(held - room, Reason::demand);
+  small_seen = small;
 }
 
 void* decay_main(void*) {
@@ -466,7 +458,8 @@ void* decay_main(void*) {
       // keep age goes back within half that age again (with the default
       // 50 ms, a burst of frees nobody reuses is gone ~75 ms later).
       std::uint64_t period = production_cache.min_age_ns() / 2;
-      period = period < 1'000'000 ? 1'000'000 : period > kSecond ? kSecond : period;
+      if (period < 1'000'000) period = 1'000'000;
+      if (period > kSecond) period = kSecond;
       timespec ts{static_cast<time_t>(period / kSecond), static_cast<long>(period % kSecond)};
       nanosleep(&ts, nullptr);
     } else {
@@ -477,13 +470,12 @@ void* decay_main(void*) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (production_cache.cached_bytes() == 0) pal::futex_wait(sleeping_word(), 1, kSecond);
       decay_sleeping.store(0);
+      small_seen = small_committed();  // what mimalloc took while nothing was cached is no one's
     }
     limit::tick();  // the RSS sample purge's limit check reads
     if (production_cache.cached_bytes() != 0) {
       trim_for_demand();
       production_cache.purge(false);
-    } else {
-      (void)stats::large_window_peak_take();  // the window starts at the next tick
     }
   }
   return nullptr;

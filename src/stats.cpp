@@ -60,8 +60,6 @@ bool have_key = false;
 
 std::atomic<std::uint64_t> large_live{0};
 std::atomic<std::uint64_t> large_peak{0};
-// The peak since the decay thread last asked (large_window_peak_take).
-std::atomic<std::uint64_t> window_peak{0};
 
 // Only for slots whose thread is gone: nothing writes them any more.
 std::uint64_t weight(const Slot* s) { return s->c[small_out] + s->c[large_out]; }
@@ -273,15 +271,6 @@ void large_live_add(std::size_t bytes) {
   std::uint64_t peak = large_peak.load(std::memory_order_relaxed);
   while (now > peak && !large_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
-  std::uint64_t wp = window_peak.load(std::memory_order_relaxed);
-  while (now > wp && !window_peak.compare_exchange_weak(wp, now, std::memory_order_relaxed)) {
-  }
-}
-
-std::uint64_t large_window_peak_take() {
-  const std::uint64_t live = large_live.load(std::memory_order_relaxed);
-  const std::uint64_t wp = window_peak.exchange(live, std::memory_order_relaxed);
-  return wp > live ? wp : live;
 }
 
 void large_live_sub(std::size_t bytes) { large_live.fetch_sub(bytes, std::memory_order_relaxed); }

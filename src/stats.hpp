@@ -87,9 +87,6 @@ void large_live_add(std::size_t bytes);
 void large_live_sub(std::size_t bytes);
 std::uint64_t large_live_now();  // large live bytes now
 std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak copy)
-// The peak of large live bytes since the last call (at least the live bytes
-// now); the window restarts at the live bytes now. For the decay thread.
-std::uint64_t large_window_peak_take();
 
 // --- reading ---------------------------------------------------------------
 
