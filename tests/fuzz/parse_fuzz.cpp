@@ -237,10 +237,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
     const OptionSpec& o = kOptions[i];
     if (std::memchr(cfg.text[i], '\0', kTextMax) == nullptr) broken("text value not NUL-terminated");
-    // A size option with a word (LOWTIDE_LIMIT's "cgroup") may hold kSizeWord.
-    const bool word = o.kind == OptKind::size && o.nchoices != 0 && cfg.value[i] == kSizeWord;
+    // A size or duration option with a word (LOWTIDE_LIMIT's "cgroup",
+    // LOWTIDE_STATS_INTERVAL's "off") may hold kSizeWord.
+    const bool word = (o.kind == OptKind::size || o.kind == OptKind::duration) && o.nchoices != 0 &&
+                      cfg.value[i] == kSizeWord;
     if (o.kind == OptKind::size && !word && (cfg.value[i] < o.min || cfg.value[i] > o.max)) broken("size out of range");
-    if (o.kind == OptKind::duration && (cfg.value[i] < o.min || cfg.value[i] > o.max)) broken("duration out of range");
+    if (o.kind == OptKind::duration && !word && (cfg.value[i] < o.min || cfg.value[i] > o.max))
+      broken("duration out of range");
     if (o.kind == OptKind::choice && cfg.value[i] >= static_cast<std::uint64_t>(o.nchoices)) broken("bad choice");
     if (o.kind == OptKind::text && std::strlen(cfg.text[i]) != cfg.value[i]) broken("text length");
   }
