@@ -130,9 +130,11 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
     Entry& e = entries_[o];
     std::size_t len = Extent::bytes_of(e.n);
     why_out[n] = why;
-    if (len <= bytes) {
+    // Whole when the granules needed are all of it (bytes within its last
+    // granule): cutting would leave an empty entry behind.
+    if (len <= bytes || Extent::granules_of(bytes + G - 1) >= e.n) {
       out[n++] = e;
-      bytes -= len;
+      bytes -= len < bytes ? len : bytes;
       remove_at(o);
     } else {
       auto k = Extent::granules_of(bytes + G - 1);

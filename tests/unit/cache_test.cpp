@@ -420,3 +420,20 @@ TEST_CASE("cache: byte_seconds integrates what the cache held over time") {
   fake_now += 5'000'000'000;  // nothing held since
   CHECK(r.c.byte_seconds(fake_now) == 3 * e.bytes());
 }
+
+TEST_CASE("cache: trimming within an entry's last granule takes it whole, never leaves an empty entry") {
+  Rig r(64 * G);
+  Extent a = r.used(4), b = r.used(4);
+  REQUIRE(r.put(a));
+  fake_now = 1;
+  REQUIRE(r.put(b));
+  // One byte short of a: the granules needed are all of a's.
+  CHECK(r.c.trim(a.bytes() - 1, lowtide::cache::Reason::demand) == a.bytes());
+  CHECK(r.c.entries() == 1);
+  CHECK(r.c.check() == nullptr);
+  // Part of b: its front goes, the rest stays, not empty.
+  CHECK(r.c.trim(G + 1, lowtide::cache::Reason::demand) == 2 * G);
+  CHECK(r.c.cached_bytes() == 2 * G);
+  CHECK(r.c.check() == nullptr);
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::demand)] == a.bytes() + 2 * G);
+}
