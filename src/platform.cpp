@@ -206,8 +206,7 @@ char* put_decimal(char* o, char* end, unsigned long v) {
 }  // namespace
 
 std::uint64_t* shared_counter_create(int* fd, std::uint64_t* dev, std::uint64_t* ino) {
-  // Not MFD_CLOEXEC: see platform.hpp.
-  int f = static_cast<int>(::syscall(SYS_memfd_create, "lowtide-children", 0u));
+  int f = static_cast<int>(::syscall(SYS_memfd_create, "lowtide-children", MFD_CLOEXEC));
   if (f < 0) return nullptr;
   struct stat st;
   std::uint64_t* p = nullptr;
@@ -232,6 +231,10 @@ std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint
   for (const char* t = "/fd/"; *t && o < end; ++t) *o++ = *t;
   o = put_decimal(o, end, static_cast<unsigned long>(fd));
   *o = '\0';
+  struct stat st;
+  if (::stat(path, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_dev) != dev ||
+      static_cast<std::uint64_t>(st.st_ino) != ino)
+    return nullptr;
   int f = ::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (f < 0) return nullptr;
   std::uint64_t* p = is_counter(f, dev, ino) ? map_counter(f) : nullptr;

@@ -52,16 +52,19 @@ void* map_lazy(std::size_t len);
 
 // A counter shared by a process tree (report.cpp: the processes started
 // from the reporting one that wrote no report). One page of a memfd, mapped
-// shared. The fd is deliberately not close-on-exec: processes exec'd from
-// this one (and this process after an exec of itself) inherit it, so they
-// find the same counter. *fd, *dev, *ino identify it; nullptr on failure
-// (no memfd_create under a seccomp filter, no fd left).
+// shared, its fd close-on-exec like every fd lowtide opens (nothing leaks
+// into the programs this one runs): a forked child shares the mapping, a
+// process exec'd from this one opens /proc/PID/fd/FD of the creator. *fd,
+// *dev, *ino identify it; nullptr on failure (no memfd_create under a
+// seccomp filter, no fd left).
 std::uint64_t* shared_counter_create(int* fd, std::uint64_t* dev, std::uint64_t* ino);
 // Map the counter shared_counter_create made in process `pid`: through fd
 // if this process still has that very file there (same device and inode:
 // a program may have closed it and reused the number), else through
-// /proc/PID/fd/FD of the creator while it lives, checked the same way and
-// owned by our uid. nullptr if neither is the counter.
+// /proc/PID/fd/FD of the creator while it lives: stat'ed first, opened only
+// if it is that file (a reused fd number may name a device, whose open
+// alone can act), then checked again on what was opened, owned by our uid.
+// nullptr if neither is the counter.
 std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint64_t ino);
 
 // Unbuffered write to fd 2, looping over partial writes.

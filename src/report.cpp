@@ -605,7 +605,7 @@ void on_start() {
     return;
   }
   // The process the user started, or it again after an exec of itself (the
-  // counter's fd survives the exec: its children so far stay counted).
+  // counter's fd was closed by the exec: a new counter is made below).
   if (children.known)
     children.counter = pal::shared_counter_open(me, children.fd, children.dev, children.ino);
   // Only where children's reports go missing: with %p each writes its own.
