@@ -5,21 +5,31 @@ namespace lowtide {
 namespace {
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-}  // namespace
 
-ParseStatus parse_size(const char* s, std::uint64_t* out) {
+// The decimal digits that start a size or a duration, after blanks: *v
+// their value (*overflow if it does not fit), *s just past them. empty for
+// nothing but blanks, garbage for no digit first (also a '-' or a '+').
+ParseStatus leading_number(const char** sp, std::uint64_t* v, bool* overflow) {
+  const char* s = *sp;
   if (s == nullptr) return ParseStatus::empty;
   while (is_space(*s)) ++s;
   if (*s == '\0') return ParseStatus::empty;
-  if (*s < '0' || *s > '9') return ParseStatus::garbage;  // also rejects '-' and '+'
-  std::uint64_t v = 0;
-  bool overflow = false;
+  if (*s < '0' || *s > '9') return ParseStatus::garbage;
   while (*s >= '0' && *s <= '9') {
     std::uint64_t d = static_cast<std::uint64_t>(*s - '0');
-    if (v > (UINT64_MAX - d) / 10) overflow = true;
-    else v = v * 10 + d;
+    if (*v > (UINT64_MAX - d) / 10) *overflow = true;
+    else *v = *v * 10 + d;
     ++s;
   }
+  *sp = s;
+  return ParseStatus::ok;
+}
+}  // namespace
+
+ParseStatus parse_size(const char* s, std::uint64_t* out) {
+  std::uint64_t v = 0;
+  bool overflow = false;
+  if (ParseStatus st = leading_number(&s, &v, &overflow); st != ParseStatus::ok) return st;
   unsigned shift = 0;
   switch (lower(*s)) {
     case 'k': shift = 10; ++s; break;
@@ -48,18 +58,9 @@ ParseStatus parse_size(const char* s, std::uint64_t* out) {
 }
 
 ParseStatus parse_duration_ms(const char* s, std::uint64_t* out) {
-  if (s == nullptr) return ParseStatus::empty;
-  while (is_space(*s)) ++s;
-  if (*s == '\0') return ParseStatus::empty;
-  if (*s < '0' || *s > '9') return ParseStatus::garbage;  // also rejects '-' and '+'
   std::uint64_t v = 0;
   bool overflow = false;
-  while (*s >= '0' && *s <= '9') {
-    std::uint64_t d = static_cast<std::uint64_t>(*s - '0');
-    if (v > (UINT64_MAX - d) / 10) overflow = true;
-    else v = v * 10 + d;
-    ++s;
-  }
+  if (ParseStatus st = leading_number(&s, &v, &overflow); st != ParseStatus::ok) return st;
   while (is_space(*s)) ++s;
   std::uint64_t scale = 1;
   if (lower(s[0]) == 'm' && lower(s[1]) == 's') {
