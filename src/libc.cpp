@@ -55,6 +55,11 @@ void* malloc_slow(std::size_t n) {
   return route::allocate(n, kMinAlign, Origin::malloc, stats::malloc_calls, false);
 }
 
+void uncount_small_fast(std::size_t n, stats::Counter call) {
+  const std::size_t r = small_request(n);
+  stats::uncount_small_alloc(t_local.stats, call, n, small::class_table[r / kMinAlign]);
+}
+
 void free_slow(void* p) {
   int* err = &errno;  // one __errno_location call, not two
   int saved = *err;

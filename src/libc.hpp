@@ -23,20 +23,33 @@ namespace lowtide::libc {
 void* malloc_slow(std::size_t n);
 void free_slow(void* p);
 void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow);
+// small_fast's failure: take back what it counted (out of line).
+void uncount_small_fast(std::size_t n, stats::Counter call);
 
-// The common case, inlined into the exported symbols: a small request in a
-// ready process is one mode load, one compare with the cutoff, mimalloc and
-// the counters. A thread-local slot is looked up once per call.
+// The common case, inlined into the exported symbols: a small request of
+// a class in the lookup table, from a thread that already has its counter
+// slot, in a ready process. It is counted before mimalloc is called, from n
+// and the class table alone, so nothing but n has to live across the call
+// (fewer saved registers on the hottest path); on the rare failure the
+// counts are taken back and the slow path (which counts for itself, retries
+// and sets errno) takes over. NULL: take the slow path.
 inline void* small_fast(std::size_t n, stats::Counter call) {
-  stats::Slot* st = stats::slot();
-  stats::count_request(st, call, n);
-  void* p = small::allocate(n);
-  if (__builtin_expect(p != nullptr, 1)) {
-    stats::add(st, stats::small_requested, n);
-    stats::add_usable(st, stats::small_out, [&] { return small::usable_of_new(p, n); });
+  stats::Slot* st = t_local.stats;
+  if constexpr (stats::kEnabled) {
+    if (__builtin_expect(st == nullptr, 0)) return nullptr;
   }
+  const std::size_t r = small_request(n);
+  if (__builtin_expect(r > small::kTableMax, 0)) return nullptr;
+  const std::size_t u = small::class_table[r / kMinAlign];
+  if (__builtin_expect(u == 0, 0)) return nullptr;
+  stats::count_small_alloc(st, call, n, u);
+  void* p = small::allocate_request(r);
+  if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;
 }
+
+static_assert(64 - __builtin_clzll(small::kTableMax) < stats::kHistBuckets,
+              "count_small_alloc's bucket needs no clamp below the table's end");
 
 inline bool fast_ok(std::size_t n) {
   return __builtin_expect(g.mode.load(std::memory_order_acquire) == kReady && n < route::settings.cutoff, 1);
@@ -46,20 +59,21 @@ inline void* malloc(std::size_t n) {
   if (fast_ok(n)) {
     void* p = small_fast(n, stats::malloc_calls);
     if (__builtin_expect(p != nullptr, 1)) return p;
-    errno = ENOMEM;
-    return p;
   }
   return malloc_slow(n);
 }
 
 inline void free(void* p) {
   if (p == nullptr) return;
-  if (__builtin_expect(!large::space.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding, 1)) {
+  stats::Slot* st = t_local.stats;
+  if (__builtin_expect(!large::space.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding &&
+                           (!stats::kEnabled || st != nullptr),
+                       1)) {
     // free() leaves errno alone (glibc >= 2.33, POSIX 2024); mimalloc may
-    // make a syscall while giving pages back.
-    int* err = &errno;
+    // make a syscall while giving pages back. The thread's errno address was
+    // cached with its slot: no __errno_location call per free.
+    int* err = stats::errno_of_attached();
     int saved = *err;
-    stats::Slot* st = stats::slot();
     stats::add(st, stats::free_calls, 1);
     stats::add_usable(st, stats::small_freed, [&] { return small::usable(p); });
     small::release(p);

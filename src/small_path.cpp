@@ -5,6 +5,36 @@ namespace lowtide::small {
 std::size_t class_exact_max = 0;
 std::uint16_t class_table[kTableMax / kMinAlign + 1];
 
+bool page_size_direct = false;
+
+namespace {
+// One block of r bytes (aligned to `align` when not 0): does the page say
+// what mi_usable_size says? 0 from the page means "ask mimalloc" (a page
+// that holds aligned blocks) and is never wrong; `read` counts the blocks
+// whose size did come from the page.
+bool page_agrees(std::size_t r, std::size_t align, unsigned* read) {
+  void* p = align == 0 ? mi_malloc(r) : mi_malloc_aligned_at(r, align, 0);
+  if (p == nullptr) return false;
+  std::size_t direct = usable_from_page(p);
+  bool same = direct == 0 || direct == mi_usable_size(p);
+  *read += direct != 0;
+  mi_free(p);
+  return same;
+}
+}  // namespace
+
+bool page_sizes_match(std::size_t limit) {
+  if (mi_version() != 209) return false;  // the layout is 2.0.9's
+  unsigned plain = 0, read = 0;
+  for (std::size_t r = kMinAlign; r <= limit; r += (r < 1024 ? kMinAlign : round_up(r / 8, kMinAlign)), ++plain)
+    if (!page_agrees(r, 0, &read)) return false;
+  for (std::size_t align = 32; align <= 4096; align *= 2)
+    if (!page_agrees(align * 3, align, &read)) return false;
+  // Most plain blocks must have been read from their page: a layout that
+  // reads 0 everywhere would "agree" and be useless.
+  return page_agrees(limit, 0, &read) && read >= plain / 2;
+}
+
 bool class_sizes_match(std::size_t limit) {
   for (std::size_t r = kMinAlign; r <= limit; r += (r < 1024 ? kMinAlign : round_up(r / 8, kMinAlign))) {
     void* p = mi_malloc(r);
@@ -60,6 +90,7 @@ void ignore_environment() {
 }
 
 void configure() {
+  page_size_direct = page_sizes_match(kClassExactMax);
   class_exact_max = class_sizes_match(kClassExactMax) ? kClassExactMax : 0;
   if (class_exact_max == 0) return;
   static_assert(kTableMax <= kClassExactMax && kTableMax <= UINT16_MAX);

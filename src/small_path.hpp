@@ -10,6 +10,8 @@
 namespace lowtide::small {
 
 inline void* allocate(std::size_t n) { return mi_malloc(small_request(n)); }
+// A request already rounded by small_request (the fast path's).
+inline void* allocate_request(std::size_t r) { return mi_malloc(r); }
 inline void* allocate_zeroed(std::size_t n) { return mi_zalloc(small_request(n)); }
 // mimalloc 2.0.9's mi_malloc_aligned misaligns e.g. (256, 256) (fixed in
 // 2.1.0); the _at variant with offset 0 takes a path that does not.
@@ -21,7 +23,51 @@ inline void* allocate_zeroed_aligned(std::size_t n, std::size_t align) {
 }
 inline void* reallocate(void* p, std::size_t n) { return mi_realloc(p, small_request(n)); }
 inline void release(void* p) { mi_free(p); }
-inline std::size_t usable(const void* p) { return mi_usable_size(p); }
+
+// The usable size of a live block, read from its mimalloc page the way
+// mi_usable_size does, without the call (free counts every block's size, and
+// the call with Debian's stack protector was a third of lowtide's cost per
+// malloc+free pair; docs/benchmarks.md). These are facts about the layout of
+// Debian's mimalloc 2.0.9 (segments of 32 MiB; the page of a 64 KiB slice is
+// found through the slice table in the segment's header; a page records its
+// block size and whether any block in it was aligned), not an interface: so
+// configure() turns the shortcut on only for mimalloc 2.0.9 and only after
+// it gave mi_usable_size's answer for a block of every size class, and
+// tests/unit/size_class_test.cpp checks it against mi_usable_size on blocks
+// of every kind (aligned, realloc'd, other threads', mimalloc's huge ones).
+// A page with aligned blocks, or one whose block size does not fit the
+// field, is asked the usual way.
+namespace page_layout {
+inline constexpr std::uintptr_t kSegmentMask = ~((std::uintptr_t{1} << 25) - 1);
+inline constexpr unsigned kSliceShift = 16;
+inline constexpr std::size_t kSlicesAt = 0x108, kSliceSize = 80;
+inline constexpr std::size_t kSliceOffsetAt = 0x4, kFlagsAt = 0xe, kBlockSizeAt = 0x1c;
+inline constexpr unsigned char kHasAligned = 0x2;
+inline constexpr std::uint32_t kBlockSizeMax = 0x7fffffff;
+}  // namespace page_layout
+extern bool page_size_direct;  // set by configure()
+
+// What the page says, or 0 when it must be asked (aligned blocks, huge).
+inline std::size_t usable_from_page(const void* p) {
+  using namespace page_layout;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const auto seg = (a - 1) & kSegmentMask;
+  const auto* slice = reinterpret_cast<const unsigned char*>(seg + kSlicesAt + ((a - seg) >> kSliceShift) * kSliceSize);
+  std::uint32_t back, size;
+  __builtin_memcpy(&back, slice + kSliceOffsetAt, sizeof back);
+  const unsigned char* page = slice - back;
+  __builtin_memcpy(&size, page + kBlockSizeAt, sizeof size);
+  if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax, 0)) return 0;
+  return size;
+}
+
+inline std::size_t usable(const void* p) {
+  if (__builtin_expect(page_size_direct, 1)) {
+    std::size_t u = usable_from_page(p);
+    if (__builtin_expect(u != 0, 1)) return u;
+  }
+  return mi_usable_size(p);
+}
 // The usable size malloc(n) would give.
 inline std::size_t good_size(std::size_t n) { return mi_good_size(small_request(n)); }
 // Was p made by mimalloc? Used only in forwarding mode, to send each pointer
@@ -87,6 +133,10 @@ void configure();
 // constructor that ran first has already done cannot be undone (see
 // docs/configuration.md, "Setuid programs").
 void ignore_environment();
+
+// True if usable_from_page agrees with mi_usable_size on a block of every
+// size class up to `limit` and on aligned blocks (configure's check).
+bool page_sizes_match(std::size_t limit);
 
 // True if mi_good_size matches the usable size of real blocks at sizes
 // spread over [16, limit] (every class boundary up to 1 KiB, then ~8 per

@@ -41,6 +41,9 @@ struct ThreadLocal {
   std::uint16_t in_capture;  // this thread is capturing a stack (sites.cpp)
   std::int64_t site_left;    // bytes of large allocations until the next capture
   std::uint64_t site_rng;    // sampling PRNG state; 0 = not seeded yet
+  // This thread's errno, found once (stats::attach) so free() can keep
+  // errno unchanged without a call to __errno_location on every free.
+  int* errno_ptr;
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));

@@ -242,6 +242,11 @@ void on_thread_exit(void* v) {
 }  // namespace
 
 Slot* attach() {
+  // Callers save errno only after slot() (free keeps it unchanged): what
+  // runs here must not change it either.
+  int* err = &errno;
+  t_local.errno_ptr = err;
+  const int saved = *err;
   // The name it has now (usually inherited from its creator): a row keeps
   // it if no later name can be read (a forked child's copy of its parent's
   // other threads). Live rows read the current name at report time.
@@ -258,11 +263,15 @@ Slot* attach() {
   }
   publish_rows();
   pthread_mutex_unlock(&mu);
-  if (s == nullptr) return &overflow_slot;
+  if (s == nullptr) {
+    *err = saved;
+    return &overflow_slot;
+  }
   t_local.stats = s;
   // After t_local is set: pthread_setspecific may allocate (keys >= 32),
   // and that allocation must find this slot rather than attach again.
   if (have_key) pthread_setspecific(exit_key, s);
+  *err = saved;
   return s;
 }
 

@@ -4,6 +4,7 @@
 // old. Slots live in memory lowtide maps itself, so they outlive their
 // threads and can be read at exit.
 #pragma once
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 
@@ -58,6 +59,13 @@ inline Slot* slot() {
   return attach();
 }
 
+// This thread's errno: the address attach() cached (slot() has run), or a
+// call when counting is compiled out and attach() never runs.
+inline int* errno_of_attached() {
+  if constexpr (!kEnabled) return &errno;
+  return t_local.errno_ptr;
+}
+
 inline void add(Slot* s, Counter k, std::uint64_t v) {
   if constexpr (kEnabled) __atomic_store_n(&s->c[k], s->c[k] + v, __ATOMIC_RELAXED);
 }
@@ -79,6 +87,27 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
   add(s, call, 1);
   unsigned b = bucket_of(n);
   __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
+}
+
+// A small block of usable size u for a request of n bytes, counted as one
+// `call` (the fast path counts before it allocates; uncount_small_alloc
+// takes it back if mimalloc then fails).
+inline void count_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t u) {
+  if constexpr (!kEnabled) return;
+  add(s, call, 1);
+  // n is below the class table's end (8 KiB): its bucket needs no clamp.
+  unsigned b = n == 0 ? 0u : 64u - static_cast<unsigned>(__builtin_clzll(n));
+  __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
+  add(s, small_requested, n);
+  add(s, small_out, u);
+}
+inline void uncount_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t u) {
+  if constexpr (!kEnabled) return;
+  add(s, call, ~std::uint64_t{0});
+  unsigned b = bucket_of(n);
+  __atomic_store_n(&s->hist[b], s->hist[b] - 1, __ATOMIC_RELAXED);
+  add(s, small_requested, std::uint64_t{0} - n);
+  add(s, small_out, std::uint64_t{0} - u);
 }
 
 // Process-wide large-path live bytes and their peak (large calls make a

@@ -4,6 +4,10 @@
 // below the limit, and that the limit is where mimalloc stops agreeing.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <thread>
+#include <vector>
+
 #include "small_path.hpp"
 
 using namespace lowtide;
@@ -30,4 +34,81 @@ TEST_CASE("mi_good_size stops matching above the limit, so the limit is needed")
   // If this starts to fail, a newer mimalloc agrees further up and the limit
   // could be raised.
   CHECK_FALSE(small::class_sizes_match(small::kClassExactMax * 2));
+}
+
+// free() counts each block's usable size from its mimalloc page
+// (small::usable_from_page) instead of calling mi_usable_size: on this
+// Debian mimalloc the shortcut must be on, and must give mi_usable_size's
+// answer for blocks of every kind.
+namespace {
+std::size_t checked_blocks = 0, disagreements = 0;
+void expect_same(const void* p) {
+  ++checked_blocks;
+  if (small::usable(p) != mi_usable_size(p)) ++disagreements;
+}
+}  // namespace
+
+TEST_CASE("free's page-read usable size equals mi_usable_size for blocks of every kind") {
+  small::configure();
+  REQUIRE(small::page_size_direct);
+  checked_blocks = disagreements = 0;
+  // Every size to 4 KiB, then class edges to 8 MiB (mimalloc's large and
+  // huge pages, which lowtide hands it only when the large path is full).
+  std::vector<void*> live;
+  for (std::size_t n = 1; n <= (std::size_t{8} << 20); n += (n < 4096 ? 1 : n / 7)) {
+    void* p = mi_malloc(n);
+    REQUIRE(p != nullptr);
+    expect_same(p);
+    live.push_back(p);
+  }
+  // Aligned blocks (their pages are marked and must go to mi_usable_size).
+  for (std::size_t align = 16; align <= (std::size_t{1} << 20); align *= 2)
+    for (std::size_t n : {std::size_t{1}, align / 2 + 1, align * 3, std::size_t{100000}}) {
+      void* p = mi_malloc_aligned_at(n, align, 0);
+      REQUIRE(p != nullptr);
+      REQUIRE(reinterpret_cast<std::uintptr_t>(p) % align == 0);
+      expect_same(p);
+      live.push_back(p);
+    }
+  // Zeroed, and grown by realloc across classes.
+  void* g = mi_zalloc(24);
+  for (std::size_t n = 24; n < (std::size_t{2} << 20); n = n * 3 / 2) {
+    g = mi_realloc(g, n);
+    REQUIRE(g != nullptr);
+    expect_same(g);
+  }
+  live.push_back(g);
+  // Blocks another thread made (a page of another heap), read here.
+  std::vector<void*> theirs;
+  std::thread([&] {
+    for (std::size_t n = 16; n <= 65536; n += 48) theirs.push_back(mi_malloc(n));
+  }).join();
+  for (void* p : theirs) {
+    REQUIRE(p != nullptr);
+    expect_same(p);
+  }
+  for (void* p : live) mi_free(p);
+  for (void* p : theirs) mi_free(p);
+  CHECK(checked_blocks > 5000);
+  CHECK(disagreements == 0);
+}
+
+TEST_CASE("a block in a page holding aligned blocks is asked of mimalloc") {
+  // The page's block size is not the usable size of an aligned block carved
+  // from inside a larger one: such a page reads as 0 (ask mimalloc).
+  small::configure();
+  REQUIRE(small::page_size_direct);
+  std::vector<void*> held;
+  void* p = nullptr;
+  for (int i = 0; i < 64 && p == nullptr; ++i) {
+    // Alignments the free list rarely meets by chance: the block is carved
+    // from inside a larger one and its page gets the aligned mark.
+    void* q = mi_malloc_aligned_at(48, 4096, 0);
+    REQUIRE(q != nullptr);
+    held.push_back(q);
+    if (small::usable_from_page(q) == 0) p = q;
+  }
+  CHECK(p != nullptr);
+  if (p != nullptr) CHECK(small::usable(p) == mi_usable_size(p));
+  for (void* q : held) mi_free(q);
 }
