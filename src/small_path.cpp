@@ -92,6 +92,10 @@ void ignore_environment() {
 void configure() {
   page_size_direct = page_sizes_match(kClassExactMax);
   class_exact_max = class_sizes_match(kClassExactMax) ? kClassExactMax : 0;
+  // The checks touched a page of every size class (~300 KiB that stayed
+  // resident in every process, the largest part of lowtide's fixed
+  // footprint; docs/benchmarks.md): hand them back to mimalloc's OS layer.
+  mi_collect(true);
   if (class_exact_max == 0) return;
   static_assert(kTableMax <= kClassExactMax && kTableMax <= UINT16_MAX);
   for (std::size_t r = kMinAlign; r <= kTableMax; r += kMinAlign)
