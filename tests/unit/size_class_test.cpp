@@ -61,6 +61,14 @@ TEST_CASE("free's page-read usable size equals mi_usable_size for blocks of ever
     expect_same(p);
     live.push_back(p);
   }
+  // mimalloc's huge blocks (a segment of their own, over 32 MiB): the
+  // page's size field cannot hold theirs, so they are asked.
+  for (std::size_t n : {std::size_t{40} << 20, (std::size_t{64} << 20) + 12345}) {
+    void* p = mi_malloc(n);
+    REQUIRE(p != nullptr);
+    expect_same(p);
+    live.push_back(p);
+  }
   // Aligned blocks (their pages are marked and must go to mi_usable_size).
   for (std::size_t align = 16; align <= (std::size_t{1} << 20); align *= 2)
     for (std::size_t n : {std::size_t{1}, align / 2 + 1, align * 3, std::size_t{100000}}) {
