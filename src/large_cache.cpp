@@ -461,10 +461,11 @@ void* decay_main(void*) {
   // each of those frees cost the loop a futex syscall and a context switch
   // per iteration (8 MiB numpy temporaries: 1.20x the fastest peer's
   // time, docs/benchmarks.md). A process that stops using large blocks
-  // still has a quiet thread one period later.
+  // still has a quiet thread one period (at most a second) later.
   std::uint64_t held_at = pal::now_ns();
+  const std::uint64_t linger_ns = production_cache.decay_ns() < kSecond ? production_cache.decay_ns() : kSecond;
   for (;;) {
-    const bool linger = pal::now_ns() - held_at < production_cache.decay_ns();
+    const bool linger = pal::now_ns() - held_at < linger_ns;
     if (production_cache.cached_bytes() != 0 || linger) {
       if (production_cache.cached_bytes() != 0) held_at = pal::now_ns();
       // Half the minimum age, at least 1 ms, at most 1 s: a block past its
