@@ -336,64 +336,47 @@ Result LargePath::move_block(Change& c, void** out) {
   if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
-  // Into a warm cached block the old bytes are copied, not moved: mremap
-  // would drop the warm pages under the block's head (the kernel frees the
-  // pages a MAP_FIXED move replaces), and the old pages, left without any,
-  // could not be cached either; a process still drawing on the cache then
-  // faults as many fresh. A copy keeps both sets: the old extent, its pages
-  // still there, goes to the cache (finish_move). Four threads growing
-  // buffers out of one cached extent moved 44-49 MiB this way per run of
-  // the seed workload (12K faults, 3.7-16 us each on these VMs, against
-  // ~0.1 ms per MiB copied); docs/benchmarks.md, "Four threads".
-  bool moved = false;
-  if (warm) {
-    copy_into(c, to);
-  } else {
-    // Commit the tail first, so that once the pages have moved nothing can fail.
+  // Commit the tail first, so that once the pages have moved nothing can fail.
+  if (!warm) {
     if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
       a_.release(to.start, to.n);
       return refusal(r);
     }
-    moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
-    if (!moved) {
-      if (Result r = copy_instead(c, to); r != Result::ok) return r;
-    } else {
-      stats::add(c.st, stats::large_remap_bytes, old_bytes);
-    }
+  }
+  const bool moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  if (!moved) {
+    if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
+  } else {
+    stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
   finish_move(c, to, warm, moved, out);
   return Result::ok;
 }
 
-// The header and all the old block's usable bytes, which the program may
-// have written (glibc keeps them too), into the new extent's committed pages.
-void LargePath::copy_into(Change& c, Extent to) {
-  char* nbase = to.base(a_);
-  // The new block is larger than the old one's usable size (need > n).
-  const std::size_t keep = c.old_usable;
-  std::memcpy(nbase + c.off - sizeof(BlockHeader), c.h, sizeof(BlockHeader));
-  std::memcpy(nbase + c.off, c.p, keep);
-  stats::add(c.st, stats::large_copy_bytes, keep);
-}
-
 // mremap refused (an old kernel, or the block spans several VMAs since
-// someone madvised part of it): commit the head too, and copy.
-Result LargePath::copy_instead(Change& c, Extent to) {
+// someone madvised part of it): copy all the old block's usable bytes,
+// which the program may have written (glibc keeps them too).
+Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
-  if (pal::Commit r = ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
+  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
     // Only the tail was committed; the head's pages are still dropped.
     ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
     a_.release(to.start, to.n);
     return refusal(r);
   }
-  copy_into(c, to);
+  // The new block is larger than the old one's usable size (need > n).
+  const std::size_t keep = c.old_usable;
+  std::memcpy(nbase + c.off - sizeof(BlockHeader), c.h, sizeof(BlockHeader));
+  std::memcpy(nbase + c.off, c.p, keep);
+  stats::add(c.st, stats::large_copy_bytes, keep);
+  stats::add(c.st, stats::large_returned_bytes, old_bytes);
+  stats::add(c.st, stats::large_released_free, old_bytes);
   return Result::ok;
 }
 
 // The block's header and pointer now live in `to`: account, give the old
-// extent back (to the cache when it still has its pages and `to` was a
-// cached block), publish the new one.
+// extent back, publish the new one.
 void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** out) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
@@ -412,21 +395,11 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   nh->length = c.bytes;
   nh->requested = c.size;
   a_.claim(c.p);
-  if (warm && cache_.put(c.old.start, c.old.n)) {
-    // Copied into warm pages: the old ones stay committed, cached.
-  } else {
-    ops_.decommit(c.old.base(a_), old_bytes);
-    a_.release(c.old.start, c.old.n);
-    if (!moved) {
-      stats::add(c.st, stats::large_returned_bytes, old_bytes);
-      stats::add(c.st, stats::large_released_free, old_bytes);
-    }
-    // Warm: the new extent's pages were counted already; moved: the old
-    // pages moved into the new extent, whose tail was committed.
-    if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
-    else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);
-  }
+  ops_.decommit(c.old.base(a_), old_bytes);
+  a_.release(c.old.start, c.old.n);
   a_.publish(user, to.start, nh->site);
+  if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
+  else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);
   *out = user;
 }
 

@@ -72,8 +72,7 @@ class LargePath {
   bool grow_in_place(Change& c);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
-  void copy_into(Change& c, Extent to);
-  Result copy_instead(Change& c, Extent to);
+  Result copy_instead(Change& c, Extent to, bool warm);
   void finish_move(Change& c, Extent to, bool warm, bool moved, void** out);
 
   Arena& a_;

@@ -227,34 +227,3 @@ TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed")
   CHECK(r.cache.check() == nullptr);
   r.path.release(q, "test");
 }
-
-TEST_CASE("large path: a block moving into a warm cached block is copied, its old pages cached") {
-  Rig r(std::size_t{16} << 20);
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
-  void* w = r.alloc(1 << 20);
-  fill(w, 1 << 20, 2);
-  r.path.release(w, "test");  // warm, cached
-  const std::size_t warm_bytes = r.cache.cached_bytes();
-  REQUIRE(warm_bytes != 0);
-  const std::uint32_t old_n = r.a.used_length(r.a.granule_of(p));
-  const std::size_t old_usable = r.path.usable(p, "test");
-  fill(p, old_usable, 7);
-  const std::size_t mapped = lowtide::large::space.mapped.load();
-  const int commits = faults.commits;
-  void* q = nullptr;
-  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
-  CHECK(q != p);
-  CHECK(r.path.usable(q, "test") >= (1u << 20));
-  CHECK(same(q, old_usable, 7));
-  // Copied: an mremap onto the warm block would have dropped its pages.
-  CHECK(faults.moves == 0);
-  CHECK(faults.commits == commits);
-  // The cached block is in use, and the old extent, its pages kept, is cached
-  // in its place: nothing committed or given back.
-  CHECK(r.cache.cached_bytes() == lowtide::Extent::bytes_of(old_n));
-  CHECK(lowtide::large::space.mapped.load() == mapped);
-  CHECK(r.cache.check() == nullptr);
-  r.path.release(q, "test");
-  r.path.release(blocker, "test");
-}
