@@ -87,6 +87,14 @@ inline std::size_t rand_size(Rng& r) {
   return lo + r.below(static_cast<std::uint32_t>(lo) + 1);  // lo .. 2*lo
 }
 
+// Object sizes 16 B .. 1 KiB, log-uniform the same way (bands 16-32 .. 512-1024):
+// the range issue 15's small-block programs use (xthread, pair).
+inline std::size_t rand_size_1k(Rng& r) {
+  std::uint32_t band = r.below(6);                // 16 << 0..5
+  std::size_t lo = std::size_t{16} << band;
+  return lo + r.below(static_cast<std::uint32_t>(lo) + 1);  // lo .. 2*lo
+}
+
 // Write the first and last byte so the pages really are touched (the
 // allocator cannot hand back untouched memory for free) without a memset
 // dominating the timing for the larger sizes.
