@@ -19,7 +19,7 @@
 // started again. Limbs are computed for real (schoolbook add and multiply),
 // so the blocks are written as a real program writes them.
 //
-// usage: bignum [--scale X]   (scale: BENCH_SCALE, default 1; scale 1 = 1M steps)
+// usage: bignum [--scale X]   (scale: BENCH_SCALE, default 1; scale 1 = 2M steps)
 // Prints one JSON line: wall_s, steps, mallocs, reallocs, frees, RSS fields.
 #include <cmath>
 #include <cstdint>
@@ -29,7 +29,7 @@
 
 namespace {
 
-constexpr long kSteps = 1'000'000;  // at scale 1
+constexpr long kSteps = 2'000'000;  // at scale 1
 constexpr std::uint32_t kMaxLimbs = 126;
 constexpr long kLow = 1'000, kHigh = 40'000, kPeriod = 400'000;
 

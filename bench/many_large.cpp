@@ -19,7 +19,7 @@
 // page.
 //
 // usage: many_large [--blocks N] [--stride K] [--scale X]
-//   scale 1 = 2,000 replacements (BENCH_SCALE, default 1)
+//   scale 1 = 4,000 replacements (BENCH_SCALE, default 1)
 // Prints one JSON line: wall_s (fill + replacements + final frees),
 // ns_per_replace, RSS fields (bench_util.hpp; peak_rss is VmHWM).
 #include <cmath>
@@ -29,7 +29,7 @@
 
 namespace {
 
-constexpr long kReplaceTotal = 2'000;  // at scale 1
+constexpr long kReplaceTotal = 4'000;  // at scale 1
 constexpr std::size_t kMin = 5u << 20, kMax = 25u << 20;
 
 std::size_t pages_touched = 0;

@@ -15,7 +15,7 @@
 //   one thread's time per pair, both running at once.
 //
 // usage: pair [--threads 1|2] [--scale X]   (scale: BENCH_SCALE, default 1)
-//   scale 1 = 40M pairs on one thread, 4M per thread on two
+//   scale 1 = 40M pairs on one thread, 8M per thread on two
 // Prints one JSON line: wall_s, ns_per_pair, pairs_per_s (pairs per second in
 // all), RSS fields (bench_util.hpp).
 #include <cmath>
@@ -28,7 +28,7 @@
 namespace {
 
 constexpr long kPairs1 = 40'000'000;  // at scale 1, one thread
-constexpr long kPairs2 = 4'000'000;   // at scale 1, per thread with two
+constexpr long kPairs2 = 8'000'000;   // at scale 1, per thread with two
 constexpr int kSizes = 4096;
 constexpr int kLive = 64;
 

@@ -10,7 +10,7 @@
 // pipeline runs at the speed of its slower side.
 //
 // usage: xthread [--pairs P] [--scale X]   (scale: BENCH_SCALE, default 1)
-//   scale 1 = 4M blocks in all (split over the pairs)
+//   scale 1 = 10M blocks in all (split over the pairs)
 // Prints one JSON line: wall_s, ops_per_s (blocks malloc'ed and freed per
 // second), ns_per_pair (wall time / blocks: the pipeline's time per
 // malloc+free pair, both sides running at once), RSS fields (bench_util.hpp).
@@ -23,7 +23,7 @@
 
 namespace {
 
-constexpr long kBlocksTotal = 4'000'000;  // at scale 1, all pairs together
+constexpr long kBlocksTotal = 10'000'000;  // at scale 1, all pairs together
 
 std::vector<std::unique_ptr<bench::XRing>> g_ring;
 std::atomic<unsigned> g_sink{0};
