@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -102,6 +103,17 @@ inline void touch(void* p, std::size_t n) {
   auto* c = static_cast<volatile unsigned char*>(p);
   c[0] = static_cast<unsigned char>(n);
   c[n - 1] = static_cast<unsigned char>(n >> 8);
+}
+
+// User + system CPU seconds of the whole process so far. For the
+// cross-thread workloads: next to wall time it tells work from waiting for a
+// thread the scheduler has not run (on a loaded 2-core machine the wall time
+// of a two-thread pipeline can triple while its CPU time does not).
+inline double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 inline double since(std::chrono::steady_clock::time_point t0) {

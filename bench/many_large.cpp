@@ -6,9 +6,10 @@
 //
 // Every block gets one byte written in every `--stride`-th 4 KiB page
 // (default 64: one byte per 256 KiB, 1/64 of its pages), plus its last
-// byte. Why a fraction: a 4 KiB first-touch fault costs ~16 us on this VM
-// (docs/benchmarks.md, page-fault probe), so writing every page of a 15 MiB
-// block would cost ~60 ms of kernel time per fresh block, the same under
+// byte. Why a fraction: a 4 KiB first-touch fault costs 2-16 us on this VM
+// (scripts/bench's page-fault probe: 16 us on 2026-12-02, 2.3 us on
+// 2026-12-03), so writing every page of a 15 MiB block would cost 9-60 ms
+// of kernel time per fresh block, the same under
 // every allocator that gives memory back, and drown what this workload is
 // for: the allocator's large path (its mmap/munmap calls, how it reuses a
 // freed block for the next size, its headers). One byte per 256 KiB still

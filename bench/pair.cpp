@@ -17,7 +17,8 @@
 // usage: pair [--threads 1|2] [--scale X]   (scale: BENCH_SCALE, default 1)
 //   scale 1 = 40M pairs on one thread, 8M per thread on two
 // Prints one JSON line: wall_s, ns_per_pair, pairs_per_s (pairs per second in
-// all), RSS fields (bench_util.hpp).
+// all), cpu_s (user + system CPU of the process over the loop), RSS fields
+// (bench_util.hpp).
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
   const long rss_before = bench::read_status().rss;
 
   double wall;
+  const double cpu0 = bench::cpu_seconds();
   if (threads == 1) {
     wall = one_thread(per_thread);
   } else {
@@ -116,11 +118,12 @@ int main(int argc, char** argv) {
     wall = bench::run_threads(2, [&](int t) { cross(t, per_thread); });
   }
 
+  const double cpu = bench::cpu_seconds() - cpu0;
   const double total = static_cast<double>(per_thread) * threads;
-  char extra[256];
+  char extra[320];
   std::snprintf(extra, sizeof extra,
-                "\"threads\": %d, \"pairs\": %.0f, \"ns_per_pair\": %.3f, \"pairs_per_s\": %.0f", threads, total,
-                wall * 1e9 * threads / total, total / wall);
+                "\"threads\": %d, \"pairs\": %.0f, \"ns_per_pair\": %.3f, \"pairs_per_s\": %.0f, \"cpu_s\": %.4f",
+                threads, total, wall * 1e9 * threads / total, total / wall, cpu);
   bench::finish(threads == 1 ? "pair-1t" : "pair-xthread", rss_before, wall, extra);
   return 0;
 }

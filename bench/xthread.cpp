@@ -13,7 +13,9 @@
 //   scale 1 = 10M blocks in all (split over the pairs)
 // Prints one JSON line: wall_s, ops_per_s (blocks malloc'ed and freed per
 // second), ns_per_pair (wall time / blocks: the pipeline's time per
-// malloc+free pair, both sides running at once), RSS fields (bench_util.hpp).
+// malloc+free pair, both sides running at once), cpu_s (user + system CPU
+// of the process over the same span, start-up included), RSS fields
+// (bench_util.hpp).
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
   const long rss_before = bench::read_status().rss;
   for (int p = 0; p < pairs; ++p) g_ring.push_back(std::make_unique<bench::XRing>());
 
+  const double cpu0 = bench::cpu_seconds();
   const double wall = bench::run_threads(2 * pairs, [&](int t) {
     if (t % 2 == 0)
       producer(t / 2, blocks);
@@ -92,11 +95,13 @@ int main(int argc, char** argv) {
       consumer(t / 2);
   });
 
+  const double cpu = bench::cpu_seconds() - cpu0;
   const double total = static_cast<double>(blocks) * pairs;
-  char extra[256];
+  char extra[320];
   std::snprintf(extra, sizeof extra,
-                "\"pairs\": %d, \"batch\": %d, \"blocks\": %.0f, \"ops_per_s\": %.0f, \"ns_per_pair\": %.2f",
-                pairs, bench::kXBatch, total, total / wall, wall * 1e9 / total);
+                "\"pairs\": %d, \"batch\": %d, \"blocks\": %.0f, \"ops_per_s\": %.0f, \"ns_per_pair\": %.2f, "
+                "\"cpu_s\": %.4f",
+                pairs, bench::kXBatch, total, total / wall, wall * 1e9 / total, cpu);
   bench::finish("xthread", rss_before, wall, extra);
   return 0;
 }
