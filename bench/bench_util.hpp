@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -118,6 +119,33 @@ inline double cpu_seconds() {
 
 inline double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Pins the calling thread to the index-th CPU (modulo their number) the
+// process may run on; false, and nothing changed, if it may run on fewer
+// than two. For the two-thread pipelines (xthread, pair --threads 2) with
+// --pin 1. Left to itself the scheduler sometimes keeps both threads on one
+// core, where they take turns and every block is freed from a warm cache
+// (40-60 ns per pair on this VM), and sometimes runs them on two, where
+// every remote free moves cache lines between cores (300-800 ns): run to
+// run the figure jumps between the two. Pinned, every run is the cross-core
+// case, but only on a quiet machine: on a loaded one a pinned thread cannot
+// leave a busy core and its peer spends the wait in sched_yield (on
+// 2026-12-03 at load 6, pinned runs took 200-860 ns per pair under both
+// mimalloc and lowtide). So the default is off, as real programs run.
+inline bool pin_to_cpu(int index) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return false;
+  int k = index % CPU_COUNT(&allowed);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed) || k-- > 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  return false;
 }
 
 // The clock starts when every worker has done its setup: each calls

@@ -12,9 +12,10 @@
 //   it: each thread mallocs one block and frees one of the other's per pair.
 //   A thread whose outgoing ring is full frees its own inbox while it waits,
 //   so neither can run ahead. ns_per_pair = wall time x 2 / pairs in all:
-//   one thread's time per pair, both running at once.
+//   one thread's time per pair, both running at once. The scheduler places
+//   the threads; --pin 1 pins them to two CPUs (bench_util.hpp's pin_to_cpu).
 //
-// usage: pair [--threads 1|2] [--scale X]   (scale: BENCH_SCALE, default 1)
+// usage: pair [--threads 1|2] [--pin 0|1] [--scale X]   (scale: BENCH_SCALE, default 1)
 //   scale 1 = 40M pairs on one thread, 8M per thread on two
 // Prints one JSON line: wall_s, ns_per_pair, pairs_per_s (pairs per second in
 // all), cpu_s (user + system CPU of the process over the loop), RSS fields
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
   fill_sizes();
   const long rss_before = bench::read_status().rss;
 
+  const bool want_pin = bench::opt(argc, argv, "--pin", 0) != 0;
+  std::atomic<int> pinned{0};
   double wall;
   const double cpu0 = bench::cpu_seconds();
   if (threads == 1) {
@@ -115,15 +118,19 @@ int main(int argc, char** argv) {
     auto a = std::make_unique<bench::XRing>(), b = std::make_unique<bench::XRing>();
     g_inbox[0] = a.get();
     g_inbox[1] = b.get();
-    wall = bench::run_threads(2, [&](int t) { cross(t, per_thread); });
+    wall = bench::run_threads(2, [&](int t) {
+      if (want_pin && bench::pin_to_cpu(t)) pinned.fetch_add(1);
+      cross(t, per_thread);
+    });
   }
 
   const double cpu = bench::cpu_seconds() - cpu0;
   const double total = static_cast<double>(per_thread) * threads;
   char extra[320];
   std::snprintf(extra, sizeof extra,
-                "\"threads\": %d, \"pairs\": %.0f, \"ns_per_pair\": %.3f, \"pairs_per_s\": %.0f, \"cpu_s\": %.4f",
-                threads, total, wall * 1e9 * threads / total, total / wall, cpu);
+                "\"threads\": %d, \"pairs\": %.0f, \"ns_per_pair\": %.3f, \"pairs_per_s\": %.0f, \"cpu_s\": %.4f, "
+                "\"pinned\": %d",
+                threads, total, wall * 1e9 * threads / total, total / wall, cpu, pinned.load());
   bench::finish(threads == 1 ? "pair-1t" : "pair-xthread", rss_before, wall, extra);
   return 0;
 }

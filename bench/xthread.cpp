@@ -9,7 +9,11 @@
 // A full ring (4,096 blocks in flight) makes the producer wait, so the
 // pipeline runs at the speed of its slower side.
 //
-// usage: xthread [--pairs P] [--scale X]   (scale: BENCH_SCALE, default 1)
+// The scheduler places the threads; --pin 1 pins thread i to the i-th
+// allowed CPU (bench_util.hpp's pin_to_cpu says when that helps and when it
+// hurts). "pinned" in the output counts the threads that were.
+//
+// usage: xthread [--pairs P] [--pin 0|1] [--scale X]   (scale: BENCH_SCALE, default 1)
 //   scale 1 = 10M blocks in all (split over the pairs)
 // Prints one JSON line: wall_s, ops_per_s (blocks malloc'ed and freed per
 // second), ns_per_pair (wall time / blocks: the pipeline's time per
@@ -87,8 +91,11 @@ int main(int argc, char** argv) {
   const long rss_before = bench::read_status().rss;
   for (int p = 0; p < pairs; ++p) g_ring.push_back(std::make_unique<bench::XRing>());
 
+  const bool want_pin = bench::opt(argc, argv, "--pin", 0) != 0;
+  std::atomic<int> pinned{0};
   const double cpu0 = bench::cpu_seconds();
   const double wall = bench::run_threads(2 * pairs, [&](int t) {
+    if (want_pin && bench::pin_to_cpu(t)) pinned.fetch_add(1);
     if (t % 2 == 0)
       producer(t / 2, blocks);
     else
@@ -100,8 +107,8 @@ int main(int argc, char** argv) {
   char extra[320];
   std::snprintf(extra, sizeof extra,
                 "\"pairs\": %d, \"batch\": %d, \"blocks\": %.0f, \"ops_per_s\": %.0f, \"ns_per_pair\": %.2f, "
-                "\"cpu_s\": %.4f",
-                pairs, bench::kXBatch, total, total / wall, wall * 1e9 / total, cpu);
+                "\"cpu_s\": %.4f, \"pinned\": %d",
+                pairs, bench::kXBatch, total, total / wall, wall * 1e9 / total, cpu, pinned.load());
   bench::finish("xthread", rss_before, wall, extra);
   return 0;
 }
