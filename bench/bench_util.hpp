@@ -132,7 +132,8 @@ inline double since(std::chrono::steady_clock::time_point t0) {
 // case, but only on a quiet machine: on a loaded one a pinned thread cannot
 // leave a busy core and its peer spends the wait in sched_yield (on
 // 2026-12-03 at load 6, pinned runs took 200-860 ns per pair under both
-// mimalloc and lowtide). So the default is off, as real programs run.
+// mimalloc and lowtide; at load ~2, 71-118 ns, within 1.5x run to run).
+// The programs default to off, as real programs run; scripts/bench pins.
 inline bool pin_to_cpu(int index) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

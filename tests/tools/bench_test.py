@@ -19,7 +19,8 @@
    for time, the peak RSS difference; no table without mimalloc), and end
    to end with two of the new programs (`--only xthread,pair-xthread
    --allocators mimalloc --scale 0.01`): both ran to the end under each
-   allocator with their block counts, ns per pair and the table.
+   allocator with their block counts, ns per pair, both threads pinned
+   (where two CPUs are allowed) and the table.
 No timing is checked."""
 import importlib.machinery
 import importlib.util
@@ -201,6 +202,9 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
                 check(isinstance(r.get("ns_per_pair"), (int, float)) and r["ns_per_pair"] > 0,
                       "%s under %s: ns_per_pair %s" % (w, a, r.get("ns_per_pair")))
                 check((r.get("allocator") == "lowtide") == (a == "lowtide"), "%s: allocator %s" % (a, r.get("allocator")))
+                # scripts/bench pins both threads, each to its own CPU, where there are two
+                pin = 2 if len(os.sched_getaffinity(0)) >= 2 else 0
+                check(r.get("pinned") == pin, "%s under %s: pinned %s (want %d)" % (w, a, r.get("pinned"), pin))
         with open(os.path.join(out, "results.md")) as f:
             res = f.read()
         check("### ns per malloc+free pair (median)" in res, "results.md: ns per pair table")
