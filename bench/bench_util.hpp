@@ -5,6 +5,8 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <sched.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -87,6 +89,14 @@ inline std::size_t rand_size(Rng& r) {
   return lo + r.below(static_cast<std::uint32_t>(lo) + 1);  // lo .. 2*lo
 }
 
+// Object sizes 16 B .. 1 KiB, log-uniform the same way (bands 16-32 .. 512-1024):
+// the range issue 15's small-block programs use (xthread, pair).
+inline std::size_t rand_size_1k(Rng& r) {
+  std::uint32_t band = r.below(6);                // 16 << 0..5
+  std::size_t lo = std::size_t{16} << band;
+  return lo + r.below(static_cast<std::uint32_t>(lo) + 1);  // lo .. 2*lo
+}
+
 // Write the first and last byte so the pages really are touched (the
 // allocator cannot hand back untouched memory for free) without a memset
 // dominating the timing for the larger sizes.
@@ -96,8 +106,47 @@ inline void touch(void* p, std::size_t n) {
   c[n - 1] = static_cast<unsigned char>(n >> 8);
 }
 
+// User + system CPU seconds of the whole process so far. For the
+// cross-thread workloads: next to wall time it tells work from waiting for a
+// thread the scheduler has not run (on a loaded 2-core machine the wall time
+// of a two-thread pipeline can triple while its CPU time does not).
+inline double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 inline double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Pins the calling thread to the index-th CPU (modulo their number) the
+// process may run on; false, and nothing changed, if it may run on fewer
+// than two. For the two-thread pipelines (xthread, pair --threads 2) with
+// --pin 1. Left to itself the scheduler sometimes keeps both threads on one
+// core, where they take turns and every block is freed from a warm cache
+// (40-60 ns per pair on this VM), and sometimes runs them on two, where
+// every remote free moves cache lines between cores (300-800 ns): run to
+// run the figure jumps between the two. Pinned, every run is the cross-core
+// case, but only on a quiet machine: on a loaded one a pinned thread cannot
+// leave a busy core and its peer spends the wait in sched_yield (on
+// 2026-12-03 at load 6, pinned runs took 200-860 ns per pair under both
+// mimalloc and lowtide; at load ~2, 71-118 ns, within 1.5x run to run).
+// The programs default to off, as real programs run; scripts/bench pins.
+inline bool pin_to_cpu(int index) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return false;
+  int k = index % CPU_COUNT(&allowed);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed) || k-- > 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  return false;
 }
 
 // The clock starts when every worker has done its setup: each calls

@@ -14,6 +14,13 @@
    rss_after_200ms for every allocator, the lowtide run ran under lowtide,
    and glibc-tuned's setting took effect (it holds less than glibc after
    the free).
+4. Issue 15's "lowtide / raw mimalloc" table on fixed medians (the target's
+   metric per workload, met/missed on the right side for throughput and
+   for time, the peak RSS difference; no table without mimalloc), and end
+   to end with two of the new programs (`--only xthread,pair-xthread
+   --allocators mimalloc --scale 0.01`): both ran to the end under each
+   allocator with their block counts, ns per pair, both threads pinned
+   (where two CPUs are allowed) and the table.
 No timing is checked."""
 import importlib.machinery
 import importlib.util
@@ -153,5 +160,57 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
           % (gt, g))
     check(raw["allocators"]["jemalloc-tuned"]["env"] ==
           {"MALLOC_CONF": "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"}, "raw.json: preset recorded")
+
+# --- 4. lowtide / raw mimalloc
+ref = {"larson-2t": {a: {"ops_per_s": 6e6, "peak_rss": 20 * MiB} for a in SEVEN},
+       "pair-1t": {a: {"ns_per_pair": 10.0, "peak_rss": 3 * MiB} for a in SEVEN},
+       "bignum": {a: {"wall_s": 1.0, "peak_rss": 8 * MiB} for a in SEVEN},
+       "many-large": {a: {"wall_s": 1.0, "peak_rss": 60 * MiB} for a in SEVEN}}
+ref["larson-2t"]["lowtide"] = {"ops_per_s": 5.5e6, "peak_rss": 22 * MiB}   # 0.92x < 0.95: missed
+ref["pair-1t"]["lowtide"] = {"ns_per_pair": 12.0, "peak_rss": 3.5 * MiB}   # 1.20x <= 1.25: met
+ref["bignum"]["lowtide"] = {"wall_s": 1.06, "peak_rss": 7 * MiB}           # 1.06x > 1.05: missed
+ref["bignum"]["tcmalloc"] = {"wall_s": 0.5, "peak_rss": 7 * MiB}           # not the reference
+mt = bench.mimalloc_table(ref, ["larson-2t", "pair-1t", "bignum", "many-large"]).splitlines()
+check(mt[:1] == ["### lowtide / raw mimalloc (native small-block programs; issue 15's reference)"],
+      "mimalloc table title: %s" % mt[:1])
+check("| larson-2t | Throughput, M ops/s | 5.50 | 6.00 | 0.92× worse | ≥ 0.95×: missed | +2.0 |" in mt,
+      "larson row (throughput, missed): %s" % mt)
+check("| pair-1t | ns per malloc+free pair | 12.0 | 10.0 | 1.20× worse | ≤ 1.25×: met | +0.5 |" in mt,
+      "pair row (ns, met): %s" % mt)
+check("| bignum | Wall time, s | 1.06 | 1.00 | 1.06× worse | ≤ 1.05×: missed | -1.0 |" in mt,
+      "bignum row (time against mimalloc, not the faster tcmalloc): %s" % mt)
+check(not any(l.startswith("| many-large |") for l in mt), "large-block workload not in the table")
+check(bench.mimalloc_table(ref, ["larson-2t"], ["glibc", "lowtide"]) == "", "no mimalloc, no table")
+check(bench.mimalloc_table(ref, ["many-large"]) == "", "no small-block workload, no table")
+
+with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
+    out = os.path.join(tmp, "res")
+    rc, stdout, err = run([bench_path, "--only", "xthread,pair-xthread", "--reps", "1", "--scale", "0.01",
+                           "--allocators", "mimalloc", "--no-setup", "--build", build, "--out", out],
+                          clean_env(), timeout=300)
+    if check(rc == 0, "scripts/bench (new programs) rc %d: %s" % (rc, err[-3000:])):
+        with open(os.path.join(out, "raw.json")) as f:
+            raw = json.load(f)
+        want = {"xthread": ("blocks", 100000), "pair-xthread": ("pairs", 160000)}
+        for w, (count_key, count) in want.items():
+            per = raw["runs"].get(w, {})
+            check(list(per) == ["mimalloc", "lowtide"], "%s: runs of mimalloc and lowtide: %s" % (w, list(per)))
+            for a, rs in per.items():
+                r = rs[0] if len(rs) == 1 else {}
+                check("error" not in r and r.get(count_key) == count,
+                      "%s under %s: %s %s (want %d)" % (w, a, count_key, r.get(count_key, r.get("error")), count))
+                check(isinstance(r.get("ns_per_pair"), (int, float)) and r["ns_per_pair"] > 0,
+                      "%s under %s: ns_per_pair %s" % (w, a, r.get("ns_per_pair")))
+                check((r.get("allocator") == "lowtide") == (a == "lowtide"), "%s: allocator %s" % (a, r.get("allocator")))
+                # scripts/bench pins both threads, each to its own CPU, where there are two
+                pin = 2 if len(os.sched_getaffinity(0)) >= 2 else 0
+                check(r.get("pinned") == pin, "%s under %s: pinned %s (want %d)" % (w, a, r.get("pinned"), pin))
+        with open(os.path.join(out, "results.md")) as f:
+            res = f.read()
+        check("### ns per malloc+free pair (median)" in res, "results.md: ns per pair table")
+        rows = [l for l in res.splitlines() if l.startswith("| xthread | Throughput") or
+                l.startswith("| pair-xthread | ns per malloc+free pair |")]
+        check(len(rows) == 2 and "### lowtide / raw mimalloc" in res,
+              "results.md: lowtide / raw mimalloc rows for both: %s" % rows)
 
 finish("tools_bench")
