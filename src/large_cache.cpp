@@ -463,6 +463,9 @@ void* decay_main(void*) {
   // time, docs/benchmarks.md). A process that stops using large blocks
   // still has a quiet thread one period (at most a second) later.
   std::uint64_t held_at = pal::now_ns();
+  // mimalloc's commit so far is no one's: without this baseline the first
+  // tick with blocks cached took all of it (from 0) from the cache.
+  small_seen = small_committed();
   const std::uint64_t linger_ns = production_cache.decay_ns() < kSecond ? production_cache.decay_ns() : kSecond;
   for (;;) {
     const bool linger = pal::now_ns() - held_at < linger_ns;
