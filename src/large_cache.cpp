@@ -468,9 +468,10 @@ void* decay_main(void*) {
   small_seen = small_committed();
   const std::uint64_t linger_ns = production_cache.decay_ns() < kSecond ? production_cache.decay_ns() : kSecond;
   for (;;) {
-    const bool linger = pal::now_ns() - held_at < linger_ns;
-    if (production_cache.cached_bytes() != 0 || linger) {
-      if (production_cache.cached_bytes() != 0) held_at = pal::now_ns();
+    const std::size_t held = production_cache.cached_bytes();
+    const std::uint64_t now = pal::now_ns();
+    if (held != 0) held_at = now;
+    if (held != 0 || now - held_at < linger_ns) {
       // Half the minimum age, at least 1 ms, at most 1 s: a block past its
       // keep age goes back within half that age again (with the default
       // 50 ms, a burst of frees nobody reuses is gone ~75 ms later).
@@ -487,7 +488,7 @@ void* decay_main(void*) {
       std::uint64_t period = production_cache.min_age_ns() / 2;
       if (period < 1'000'000) period = 1'000'000;
       if (period > kSecond) period = kSecond;
-      if (period > kDemandTick && production_cache.cached_bytes() > kFastHeld) period = kDemandTick;
+      if (period > kDemandTick && held > kFastHeld) period = kDemandTick;
       timespec ts{static_cast<time_t>(period / kSecond), static_cast<long>(period % kSecond)};
       nanosleep(&ts, nullptr);
     } else {
