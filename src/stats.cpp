@@ -295,10 +295,26 @@ void add_counts(ThreadRow* r, const std::uint64_t* c, const std::uint64_t* h) {
   for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += h[i];
 }
 
-// A slot's counters, each read once (the owner may be writing them).
+// A slot's counters while its owner may be writing them. The owner counts
+// a call before its histogram bucket and has no lock or sequence number (the
+// hot path pays for none), so the reader checks instead: counters, then the
+// histogram, then the counters again. If they did not move, no call started
+// while the histogram was read, and the two differ by at most the one call
+// in flight. A reader that is preempted, or a thread allocating in a tight
+// loop (its slot's cache lines move to the reader and back on every pass:
+// about a microsecond, dozens of calls), can make a pass fail; after
+// kReadTries the last pass is used, off by the calls made while it read.
 void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h) {
-  for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
-  for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
+  constexpr int kReadTries = 4;
+  for (int attempt = 0;; ++attempt) {
+    for (unsigned i = 0; i < kCounters; ++i) c[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    for (unsigned i = 0; i < kHistBuckets; ++i) h[i] = __atomic_load_n(&s->hist[i], __ATOMIC_RELAXED);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    bool still = true;
+    for (unsigned i = 0; i < kCounters && still; ++i) still = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED) == c[i];
+    if (still || attempt + 1 == kReadTries) return;
+  }
 }
 
 // One registry slot into a row (while they fit, one kept back) and the

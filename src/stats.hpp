@@ -4,6 +4,7 @@
 // old. Slots live in memory lowtide maps itself, so they outlive their
 // threads and can be read at exit.
 #pragma once
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -85,6 +86,7 @@ inline unsigned bucket_of(std::size_t n) {
 inline void count_request(Slot* s, Counter call, std::size_t n) {
   if constexpr (!kEnabled) return;
   add(s, call, 1);
+  std::atomic_signal_fence(std::memory_order_release);  // the call first: see count_small_alloc
   unsigned b = bucket_of(n);
   __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
 }
@@ -95,6 +97,11 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
 inline void count_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t u) {
   if constexpr (!kEnabled) return;
   add(s, call, 1);
+  // The call before its bucket, which read_slot's consistency check relies
+  // on. This orders the compiler only (no instruction): x86 keeps stores in
+  // order; on a weakly ordered machine a live report may be off by a few
+  // call in flight per thread.
+  std::atomic_signal_fence(std::memory_order_release);
   // n is below the class table's end (8 KiB): its bucket needs no clamp.
   unsigned b = n == 0 ? 0u : 64u - static_cast<unsigned>(__builtin_clzll(n));
   __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);

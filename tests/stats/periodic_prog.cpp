@@ -3,6 +3,8 @@
 //
 //   spin SECONDS N   allocate and free (small and large, plus short-lived
 //                    threads) for SECONDS, then N more mallocs at once, exit
+//   live DIR N       two threads malloc and free 64 bytes in a tight loop
+//                    while the main thread writes N JSON reports DIR/rI.json
 //   twice JSON PROM  a few allocations, then lowtide_write_report to JSON and
 //                    to PROM with nothing allocated in between; prints its pid
 //   wait             print the dispositions of SIGTERM and SIGINT as
@@ -49,6 +51,29 @@ int spin(double seconds, long extra) {
 }
 
 using WriteReport = int (*)(const char*, int);
+
+std::atomic<bool> stop_looping{false};
+
+void* tight_loop(void*) {
+  while (!stop_looping.load(std::memory_order_relaxed)) free(lt::opaque(malloc(lt::opaque(std::size_t{64}))));
+  return nullptr;
+}
+
+// Reports taken while threads allocate as fast as they can: each thread's
+// call counts and histogram must still agree but for its call in flight.
+int live(const char* dir, long n) {
+  auto write = reinterpret_cast<WriteReport>(dlsym(RTLD_DEFAULT, "lowtide_write_report"));
+  CHECK(write != nullptr, "lowtide is not preloaded");
+  pthread_t t[2];
+  for (pthread_t& th : t) CHECK(pthread_create(&th, nullptr, tight_loop, nullptr) == 0);
+  for (long i = 0; i < n; ++i) {
+    std::string path = std::string(dir) + "/r" + std::to_string(i) + ".json";
+    CHECK(write(path.c_str(), 2) == 0);
+  }
+  stop_looping = true;
+  for (pthread_t th : t) CHECK(pthread_join(th, nullptr) == 0);
+  return 0;
+}
 
 int twice(const char* json, const char* prom) {
   auto write = reinterpret_cast<WriteReport>(dlsym(RTLD_DEFAULT, "lowtide_write_report"));
@@ -125,6 +150,7 @@ int main(int argc, char** argv) {
   CHECK(argc >= 2, "usage: periodic_prog MODE ...");
   std::string mode = argv[1];
   if (mode == "spin" && argc == 4) return spin(std::atof(argv[2]), std::atol(argv[3]));
+  if (mode == "live" && argc == 4) return live(argv[2], std::atol(argv[3]));
   if (mode == "twice" && argc == 4) return twice(argv[2], argv[3]);
   if (mode == "wait") {
     show_dispositions();

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lttest  # noqa: E402
 from lttest import check, clean_env  # noqa: E402
-from check_report import check_schema  # noqa: E402
+from check_report import check_schema, hist  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 TIMEOUT = 60
@@ -43,19 +43,24 @@ def def_rows(path):
 
 def check_live(r, pid):
     """check_schema for a report taken while threads allocate: each thread's
-    counters are read one at a time (without stopping it), so a thread's
-    call counts and its histogram may differ by the operation in flight, at
-    most one per thread running then: the living rows, and the one
-    short-lived thread periodic_prog runs at a time, which may be past its
-    exit destructor (its row no longer "alive") while its last call is
-    counted; everything else is exact."""
+    counters are read without stopping it, so a thread's call counts and its
+    histogram may differ by the calls it made while they were read. lowtide
+    re-reads a slot whose counters moved meanwhile (a few times), which
+    leaves the call in flight, one per thread running: the living rows, and
+    the one short-lived thread periodic_prog runs at a time, which may be
+    past its exit destructor (its row no longer "alive") while its last call
+    is counted. A thread allocating in a tight loop can outrun every re-read
+    (its counters' cache lines move on each pass, about a microsecond): up to
+    1 in 100,000 of the calls more. A call path that skips the histogram
+    would be off by its share of the calls; everything else is exact."""
     calls = sum(r["totals"]["calls"][k] for k in ("malloc", "calloc", "realloc", "aligned"))
-    hist = sum(h["count"] for h in r["histogram"])
+    counted = sum(h["count"] for h in r["histogram"])
     running = sum(1 for t in r["threads"] if t["alive"]) + 1
-    check(abs(calls - hist) <= running, f"histogram {hist} vs calls {calls}: within {running} operations in flight")
+    slack = running + calls // 100000
+    check(abs(calls - counted) <= slack, f"histogram {counted} vs calls {calls}: within {slack} (calls in flight)")
     r = json.loads(json.dumps(r))
-    if r["histogram"]:
-        r["histogram"][-1]["count"] += calls - hist
+    if r["histogram"]:  # the difference onto the fullest class, which stays above 0
+        max(r["histogram"], key=lambda h: h["count"])["count"] += calls - counted
     check_schema(r, pid=pid)
 
 
@@ -69,7 +74,7 @@ def case_interval(a, tmp):
     env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path, LOWTIDE_STATS_INTERVAL="100ms")
     p = subprocess.Popen([a.prog, "spin", "2.5", str(extra)], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    reads, uptimes, mallocs, bad = 0, [], [], []
+    reads, uptimes, mallocs, small, bad = 0, [], [], [], []
     deadline = time.monotonic() + TIMEOUT
     while p.poll() is None and time.monotonic() < deadline:
         try:
@@ -88,6 +93,7 @@ def case_interval(a, tmp):
         if not uptimes or r["uptime_s"] != uptimes[-1]:
             uptimes.append(r["uptime_s"])
             mallocs.append(r["totals"]["calls"]["malloc"])
+            small.append(hist(r, 16))
             check_live(r, p.pid)
     out, err = p.communicate(timeout=TIMEOUT)
     check(p.returncode == 0, f"exit status {p.returncode}: {err[-2000:]!r}")
@@ -99,13 +105,32 @@ def case_interval(a, tmp):
     final = json.load(open(path))
     check_schema(final, pid=p.pid)
     check(final["uptime_s"] >= uptimes[-1] if uptimes else False, "the exit-time report is the last one")
-    # A read may have caught the exit-time report itself before the process
-    # was reaped; every other one is periodic, from before the last mallocs.
+    # The last mallocs are the program's only ones of 16-31 bytes (24), so
+    # that class shows them whenever a periodic report was taken (a loaded
+    # machine may take one while they run): the exit-time report has them
+    # all on top of what the first periodic one, 2.4 s before, had.
     n = final["totals"]["calls"]["malloc"]
-    periodic = [(u, m) for u, m in zip(uptimes, mallocs) if (u, m) != (final["uptime_s"], n)]
-    check(len(periodic) >= 7 and all(m + extra <= n for _, m in periodic),
-          f"the exit-time report has the last {extra} mallocs: {n} vs the periodic ones' {periodic[-3:]}")
+    check(all(m <= n for m in mallocs), f"the exit-time report has every malloc: {n} vs {mallocs[-3:]}")
+    check(hist(final, 16) >= (small or [0])[0] + extra,
+          f"the exit-time report has the last {extra} mallocs: [16, 32) {hist(final, 16)} vs {small[:3]} first")
     check(os.listdir(tmp) == ["r.json"], f"no temporary file left: {os.listdir(tmp)}")
+
+
+def case_live_reports(a, tmp):
+    """Reports written while two threads malloc and free in a tight loop,
+    the hardest case for reading counters their owners are writing: every
+    report whole and consistent (check_live)."""
+    n = 200
+    rc, _, err = run([a.prog, "live", tmp, str(n)], clean_env(a.lib))
+    check(rc == 0, f"exit status {rc}: {err[-2000:]!r}")
+    last = 0
+    for i in range(n):
+        with open(os.path.join(tmp, f"r{i}.json")) as f:
+            r = json.load(f)
+        check_live(r, None)
+        calls = r["totals"]["calls"]["malloc"]
+        check(calls > last, f"report {i} after report {i - 1}: {calls} mallocs, then {last}")
+        last = calls
 
 
 def case_interval_prom(a, tmp):
