@@ -240,6 +240,26 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
   return s;
 }
 
+std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n) const {
+  if (cached_bytes() == 0) return Arena::kNone;
+  auto& self = const_cast<ReuseCache&>(*this);
+  self.lock();
+  int best = -1;
+  for (int i = 0; i < count_; ++i) {
+    const Entry& e = entries_[i];
+    if (e.n < least || e.n >= need) continue;
+    if (best < 0 || e.n > entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns))
+      best = i;
+  }
+  std::uint32_t s = Arena::kNone;
+  if (best >= 0) {
+    s = entries_[best].start;
+    *n = entries_[best].n;
+  }
+  self.unlock();
+  return s;
+}
+
 bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
   if (cached_bytes() == 0) return false;
   bool ok = false;

@@ -117,6 +117,12 @@ class ReuseCache {
   std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                      std::uint32_t* got);
 
+  // A miss (no cached extent of `need` granules): the largest cached extent
+  // of at least `least` granules (and fewer than `need`), left in place: its
+  // warm pages may become the front of the new block (LargePath::commit_warm
+  // looks at them, then take_at()s it whole). kNone if none; *n its length.
+  std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n) const;
+
   // The first n granules of the cached extent that starts at granule `at`, if
   // there is one that long: a block ending at `at` grows into them in place.
   bool take_at(std::uint32_t at, std::uint32_t n);

@@ -64,7 +64,9 @@ class LargePath {
   struct Change;
   Result plan(std::size_t size, std::size_t align, Plan* pl) const;
   Extent take_cached(Plan* pl, bool for_growth);
-  Result commit_fresh(Plan* pl, Extent* out);
+  Result commit_fresh(Plan* pl, Extent* out, std::size_t* stale);
+  bool commit_warm(Plan* pl, Extent* out, std::size_t* stale);
+  void give_back_warm(Extent warm);
   Extent live_extent(const void* p, const char* what) const;
   void account(const Change& c, unsigned how);
   Result shrink_in_place(Change& c, void** out);

@@ -108,7 +108,9 @@ struct PageOps {
   bool (*move_pages)(void* src, std::size_t len, void* dst);
   void (*advise_hugepage)(void* p, std::size_t len);
   bool (*overcommit_refuses)(std::size_t len);
+  std::size_t (*resident)(const void* p, std::size_t len);
 };
-inline constexpr PageOps kPageOps{&commit, &decommit, &move_pages, &advise_hugepage, &overcommit_refuses};
+inline constexpr PageOps kPageOps{&commit, &decommit, &move_pages, &advise_hugepage, &overcommit_refuses,
+                                  &resident_bytes};
 
 }  // namespace lowtide::pal

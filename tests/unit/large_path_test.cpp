@@ -48,7 +48,8 @@ bool fake_move(void* src, std::size_t len, void* dst) {
 }
 bool fake_overcommit(std::size_t len) { return faults.refuse_overcommit || pal::overcommit_refuses(len); }
 
-constexpr pal::PageOps kFakeOps{&fake_commit, &pal::decommit, &fake_move, &pal::advise_hugepage, &fake_overcommit};
+constexpr pal::PageOps kFakeOps{&fake_commit, &pal::decommit, &fake_move, &pal::advise_hugepage, &fake_overcommit,
+                                 &pal::resident_bytes};
 
 std::uint64_t fake_now = 0;
 std::uint64_t fake_clock() { return fake_now; }
@@ -226,4 +227,102 @@ TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed")
   CHECK(zero);
   CHECK(r.cache.check() == nullptr);
   r.path.release(q, "test");
+}
+
+// A miss (nothing cached fits) that a smaller cached block can half serve:
+// its pages become the new block's front, only the rest is committed.
+TEST_CASE("large path: a miss takes a smaller cached block's pages") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(2 << 20);
+  const std::size_t warm = r.path.usable(p, "test");
+  fill(p, warm, 21);
+  SECTION("moved (the granules behind it are taken): the old data at the front, calloc's zeroed") {
+    void* blocker = r.alloc(1 << 20);
+    r.path.release(p, "test");
+    const std::size_t cached = r.cache.cached_bytes();
+    REQUIRE(cached != 0);
+    const bool zeroed = GENERATE(false, true);
+    void* q = r.alloc(5 << 20, 16, zeroed ? Origin::calloc : Origin::malloc);
+    CHECK(faults.moves == 1);
+    CHECK(r.cache.cached_bytes() == 0);
+    CHECK(q != p);
+    if (zeroed) {
+      const auto* b = static_cast<const unsigned char*>(q);
+      bool zero = true;
+      for (std::size_t i = 0; i < (5u << 20); ++i) zero &= b[i] == 0;
+      CHECK(zero);
+    } else {
+      CHECK(same(q, warm, 21));  // the pages moved: no copy, no fault
+    }
+    CHECK(r.path.usable(q, "test") >= (5u << 20));
+    CHECK(r.a.check() == nullptr);
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+  }
+  SECTION("grown in place when the granules behind it are free") {
+    r.path.release(p, "test");
+    void* q = r.alloc(5 << 20);
+    CHECK(q == p);
+    CHECK(faults.moves == 0);
+    CHECK(same(q, warm, 21));
+    CHECK(r.cache.cached_bytes() == 0);
+    CHECK(r.a.check() == nullptr);
+    r.path.release(q, "test");
+  }
+  SECTION("mremap refused: a fresh block, the cached one kept") {
+    void* blocker = r.alloc(1 << 20);
+    r.path.release(p, "test");
+    const std::size_t cached = r.cache.cached_bytes();
+    faults.refuse_move = true;
+    void* q = r.alloc(5 << 20);
+    CHECK(faults.moves == 1);
+    CHECK(r.cache.cached_bytes() == cached);
+    CHECK(r.cache.check() == nullptr);
+    CHECK(static_cast<unsigned char*>(q)[0] == 0);  // fresh pages
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+  }
+  SECTION("the tail's commit refused: the fresh path serves it, the cached block kept") {
+    void* blocker = r.alloc(1 << 20);
+    r.path.release(p, "test");
+    const std::size_t cached = r.cache.cached_bytes();
+    faults.commits_ok = 0;
+    faults.commits_failing = 1;
+    void* q = r.alloc(5 << 20);
+    CHECK(faults.moves == 0);
+    CHECK(faults.commits_failing == 0);
+    CHECK(r.cache.cached_bytes() == cached);
+    CHECK(r.cache.check() == nullptr);
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+  }
+}
+
+TEST_CASE("large path: a cached block mostly not resident is not moved into a miss") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(2 << 20);
+  static_cast<volatile char*>(p)[0] = 1;  // a page or two of 32 resident
+  void* blocker = r.alloc(1 << 20);
+  r.path.release(p, "test");
+  const std::size_t cached = r.cache.cached_bytes();
+  void* q = r.alloc(5 << 20);
+  CHECK(faults.moves == 0);
+  CHECK(q != p);
+  CHECK(r.cache.cached_bytes() == cached);  // within the miss's slack: kept
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("large path: a cached block under 1 MiB is not moved into a miss") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(512 << 10);
+  fill(p, 512 << 10, 3);
+  void* blocker = r.alloc(512 << 10);
+  r.path.release(p, "test");
+  const std::size_t cached = r.cache.cached_bytes();
+  void* q = r.alloc(4 << 20);
+  CHECK(faults.moves == 0);
+  CHECK(r.cache.cached_bytes() == cached);  // within the miss's slack: kept
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
 }
