@@ -173,7 +173,7 @@ std::size_t ReuseCache::allowed(std::size_t held) const {
   return room < cap_ ? room : cap_;
 }
 
-bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
+bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns) {
   // Refused: no thread to return it later (see start_thread), or no room
   // under the memory limit even for this block alone; return it now.
   const std::size_t len = Extent::bytes_of(n);
@@ -194,7 +194,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n) {
     remove_at(o);
   }
   const bool was_empty = bytes_held_ == 0;
-  entries_[count_++] = Entry{start, n, now};
+  entries_[count_++] = Entry{start, n, freed_ns != 0 ? freed_ns : now};
   bytes_held_ += Extent::bytes_of(n);
   if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
     nev += trim_oldest(bytes_held_ - most, evicted + nev, why + nev, most < cap_ ? Reason::limit : Reason::room);
@@ -240,7 +240,8 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
   return s;
 }
 
-std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n) const {
+std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
+                                        std::uint64_t* freed_ns) const {
   if (cached_bytes() == 0) return Arena::kNone;
   auto& self = const_cast<ReuseCache&>(*this);
   self.lock();
@@ -255,12 +256,21 @@ std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least,
   if (best >= 0) {
     s = entries_[best].start;
     *n = entries_[best].n;
+    *freed_ns = entries_[best].freed_ns;
   }
   self.unlock();
   return s;
 }
 
-bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
+void ReuseCache::note_taken(std::uint64_t freed_ns) {
+  const std::uint64_t now = deps_.now_ns();
+  lock();
+  note_reuse(now, age_ns(now, freed_ns));
+  unlock();
+  last_take_ns_.store(now, std::memory_order_relaxed);
+}
+
+bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
   if (cached_bytes() == 0) return false;
   bool ok = false;
   lock();
@@ -269,9 +279,9 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n) {
       if (entries_[i].n >= n) {
         const std::uint64_t now = deps_.now_ns();
         account_time(now);
-        note_reuse(now, age_ns(now, entries_[i].freed_ns));
+        if (as_reuse) note_reuse(now, age_ns(now, entries_[i].freed_ns));
         cut(i, n);
-        last_take_ns_.store(now, std::memory_order_relaxed);
+        if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         ok = true;
       }
       break;
@@ -323,10 +333,10 @@ std::size_t ReuseCache::purge(bool all) {
   return give_back(out, why, n);
 }
 
-void ReuseCache::evict_for(std::size_t want) {
+void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   // A miss that a block given back early would have served: a reuse at the
   // age that block would have now (the ghost is used up).
-  if (have_ghosts_.load(std::memory_order_relaxed)) {
+  if (request != 0 && have_ghosts_.load(std::memory_order_relaxed)) {
     const std::uint64_t now = deps_.now_ns();
     lock();
     int hit = -1;
@@ -337,7 +347,7 @@ void ReuseCache::evict_for(std::size_t want) {
         ghosts_[i] = Ghost{};  // too old to have been kept anyway
         continue;
       }
-      if (gh.bytes >= want && (hit < 0 || gh.bytes < ghosts_[hit].bytes)) hit = i;
+      if (gh.bytes >= request && (hit < 0 || gh.bytes < ghosts_[hit].bytes)) hit = i;
     }
     if (hit >= 0) {
       note_reuse(now, age_ns(now, ghosts_[hit].freed_ns));

@@ -106,7 +106,9 @@ class ReuseCache {
   // committed) instead of returning it. false: the caller returns it now
   // (over the cap, or puts are refused). Cached extents that touch are
   // joined into one.
-  bool put(std::uint32_t start, std::uint32_t n);
+  // freed_ns: when it was freed, if not now (a block taken and handed back
+  // unused keeps its age, so it still decays).
+  bool put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns = 0);
 
   // A cached extent for a block of `need` granules whose start granule + skew
   // is aligned to align_g granules; kNone if none. The smallest cached extent
@@ -120,12 +122,18 @@ class ReuseCache {
   // A miss (no cached extent of `need` granules): the largest cached extent
   // of at least `least` granules (and fewer than `need`), left in place: its
   // warm pages may become the front of the new block (LargePath::commit_warm
-  // looks at them, then take_at()s it whole). kNone if none; *n its length.
-  std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n) const;
+  // looks at them, then take_at()s it whole, not yet as a reuse, and calls
+  // note_taken() once the pages are in use or put()s it back with its age).
+  // kNone if none; *n its length, *freed_ns when it was freed.
+  std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
+                              std::uint64_t* freed_ns) const;
+  // A block freed at freed_ns, taken with take_at(..., false), was reused.
+  void note_taken(std::uint64_t freed_ns);
 
   // The first n granules of the cached extent that starts at granule `at`, if
   // there is one that long: a block ending at `at` grows into them in place.
-  bool take_at(std::uint32_t at, std::uint32_t n);
+  // as_reuse false: not counted as a reuse yet (note_taken does).
+  bool take_at(std::uint32_t at, std::uint32_t n, bool as_reuse = true);
 
   // Return everything that has been cached longer than the decay period (all
   // of it when `all`), and, oldest first, what the memory limit no longer
@@ -134,8 +142,11 @@ class ReuseCache {
 
   // A request the cache could not serve is about to fault `bytes` fresh:
   // return, oldest first, what the cache holds beyond kMissSlack after that
-  // fault, so the cache adds at most the slack to the peak.
-  void evict_for(std::size_t bytes);
+  // fault, so the cache adds at most the slack to the peak. request: the
+  // size of the miss, matched against blocks given back early (0: already
+  // matched for this miss).
+  void evict_for(std::size_t bytes, std::size_t request);
+  void evict_for(std::size_t bytes) { evict_for(bytes, bytes); }
 
   // Give back at least `bytes` of what is cached, oldest first, counted as
   // `why`. Returns the bytes given back.

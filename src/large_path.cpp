@@ -124,10 +124,11 @@ constexpr std::uint32_t kWarmLeast = static_cast<std::uint32_t>((std::size_t{1} 
 // granules behind it are free and its start is aligned as the request
 // needs; otherwise its pages move (mremap, no copy) into the front of a
 // new extent. *stale: the bytes at the front that hold old data.
-bool LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
+LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
   std::uint32_t have = 0;
-  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have);
-  if (c == Arena::kNone) return false;
+  std::uint64_t freed_ns = 0;
+  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have, &freed_ns);
+  if (c == Arena::kNone) return Warm::none;
   const Extent warm{c, have};
   // Its resident pages are what a move saves faulting, and they come along
   // whether or not the new block writes them again: worth it only when most
@@ -136,24 +137,29 @@ bool LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
   // its pages to offsets the new block may never write: peak RSS there rose
   // from 55 to 75 MiB without this test. (mincore, outside the cache's
   // lock: the extent may be taken meanwhile, and then take_at fails.)
-  if (ops_.resident(warm.base(a_), warm.bytes()) * 2 < warm.bytes()) return false;
-  if (!cache_.take_at(warm.start, warm.n)) return false;
+  if (ops_.resident(warm.base(a_), warm.bytes()) * 2 < warm.bytes()) return Warm::none;
+  // Taken, not yet as a reuse: if nothing comes of it, it goes back with its
+  // age and the cache's reuse figures untouched (else a failing attempt
+  // would keep the block young and cached for as long as misses came).
+  if (!cache_.take_at(warm.start, warm.n, false)) return Warm::none;
   const std::size_t fresh = Extent::bytes_of(pl->need - have);
   // Only what is faulted counts against the cache's slack.
-  cache_.evict_for(fresh);
-  *stale = warm.bytes();
+  cache_.evict_for(fresh, pl->bytes);
   // In place: the granules behind it free, its start aligned as asked (and
   // not where lowtide advises huge pages: a grown block would be two
   // mappings, the front without the advice).
   const auto start_addr = reinterpret_cast<std::uintptr_t>(warm.base(a_)) + pl->skew * G;
+  bool done = false;
   if (start_addr % (std::uintptr_t{pl->align_g} * G) == 0 && !wants_advice(pl->bytes) &&
       a_.grow(warm.start, have, pl->need)) {
     if (ops_.commit(warm.base(a_) + warm.bytes(), fresh) == pal::Commit::ok) {
-      large::space.mapped.fetch_add(fresh, std::memory_order_relaxed);
       *out = Extent{warm.start, pl->need};
-      return true;
+      done = true;
+    } else {
+      a_.shrink(warm.start, pl->need, have);
     }
-    a_.shrink(warm.start, pl->need, have);
+  } else if (moves_refused_.load(std::memory_order_relaxed)) {
+    // Moving is off in this process (below): nothing more to try.
   } else if (std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew); s != Arena::kNone) {
     // Moved: the tail committed first, so that once the pages have moved
     // nothing can fail.
@@ -166,41 +172,52 @@ bool LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
         ops_.decommit(warm.base(a_), warm.bytes());
         a_.release(warm.start, warm.n);
         if (wants_advice(to.bytes())) ops_.advise_hugepage(base, to.bytes());
-        large::space.mapped.fetch_add(fresh, std::memory_order_relaxed);
         *out = to;
-        return true;
+        done = true;
+      } else {
+        // Kernels before 6.17 refuse to move a range of more than one
+        // mapping, and a block made by a move is two (its moved front is
+        // never merged with the tail), as is one numpy advised in part:
+        // once refused, this process stops moving cached blocks into misses
+        // (growing them in place goes on), rather than pay a commit and a
+        // refused mremap on each later miss.
+        moves_refused_.store(true, std::memory_order_relaxed);
+        ops_.decommit(base + warm.bytes(), fresh);
       }
-      ops_.decommit(base + warm.bytes(), fresh);
     }
-    a_.release(to.start, to.n);
+    if (!done) a_.release(to.start, to.n);
+  }
+  if (done) {
+    large::space.mapped.fetch_add(fresh, std::memory_order_relaxed);
+    cache_.note_taken(freed_ns);
+    *stale = warm.bytes();
+    return Warm::done;
   }
   // Not done (no room behind it or elsewhere, a commit refused, or mremap
-  // refused at vm.max_map_count).
-  *stale = 0;
-  give_back_warm(warm);
-  return false;
-}
-
-// A warm extent commit_warm did not use goes back to the cache, or to the
-// OS as a free would give it if the cache will not keep it.
-void LargePath::give_back_warm(Extent warm) {
-  if (cache_.put(warm.start, warm.n)) return;
-  ops_.decommit(warm.base(a_), warm.bytes());
-  a_.release(warm.start, warm.n);
-  large::space.mapped.fetch_sub(warm.bytes(), std::memory_order_relaxed);
-  stats::Slot* st = stats::slot();
-  stats::add(st, stats::large_returned_bytes, warm.bytes());
-  stats::add(st, stats::large_released_free, warm.bytes());
+  // refused): the warm extent goes back to the cache with its age, or to the
+  // OS if the cache will not keep it (as the cache gives back what it has
+  // no room for).
+  if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1)) {
+    ops_.decommit(warm.base(a_), warm.bytes());
+    a_.release(warm.start, warm.n);
+    large::space.mapped.fetch_sub(warm.bytes(), std::memory_order_relaxed);
+    stats::Slot* st = stats::slot();
+    stats::add(st, stats::large_returned_bytes, warm.bytes());
+    stats::add(st, stats::large_released_room, warm.bytes());
+  }
+  return Warm::tried;
 }
 
 // A miss: a fresh extent of the range, committed (its front possibly a
 // smaller cached block's pages: commit_warm).
 Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   *stale = 0;
-  if (commit_warm(pl, out, stale)) return Result::ok;
+  const Warm w = commit_warm(pl, out, stale);
+  if (w == Warm::done) return Result::ok;
   // What the cache holds does not fit this request. Shrink it by what is
-  // about to be faulted in, so reuse never adds to the peak.
-  cache_.evict_for(pl->bytes);
+  // about to be faulted in, so reuse never adds to the peak (the miss
+  // already matched against blocks given back early if commit_warm tried).
+  cache_.evict_for(pl->bytes, w == Warm::tried ? 0 : pl->bytes);
   std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew);
   // The range may only be full of cached blocks: give those back, retry.
   if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew);

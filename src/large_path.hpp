@@ -65,8 +65,8 @@ class LargePath {
   Result plan(std::size_t size, std::size_t align, Plan* pl) const;
   Extent take_cached(Plan* pl, bool for_growth);
   Result commit_fresh(Plan* pl, Extent* out, std::size_t* stale);
-  bool commit_warm(Plan* pl, Extent* out, std::size_t* stale);
-  void give_back_warm(Extent warm);
+  enum class Warm { none, tried, done };
+  Warm commit_warm(Plan* pl, Extent* out, std::size_t* stale);
   Extent live_extent(const void* p, const char* what) const;
   void account(const Change& c, unsigned how);
   Result shrink_in_place(Change& c, void** out);
@@ -81,6 +81,9 @@ class LargePath {
   cache::ReuseCache& cache_;
   const pal::PageOps& ops_;
   void (*on_allocation_)();
+  // Set once mremap refused to move a cached block into a miss's block
+  // (commit_warm): from then on misses only grow cached blocks in place.
+  std::atomic<bool> moves_refused_{false};
 };
 
 }  // namespace large
