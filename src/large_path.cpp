@@ -201,15 +201,19 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   // refused): the warm extent goes back to the cache with its age, or to the
   // OS if the cache will not keep it (as the cache gives back what it has
   // no room for).
-  if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1)) {
-    ops_.decommit(warm.base(a_), warm.bytes());
-    a_.release(warm.start, warm.n);
-    large::space.mapped.fetch_sub(warm.bytes(), std::memory_order_relaxed);
-    stats::Slot* st = stats::slot();
-    stats::add(st, stats::large_returned_bytes, warm.bytes());
-    stats::add(st, stats::large_released_room, warm.bytes());
-  }
+  if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1))
+    return_to_os(warm, stats::slot(), stats::large_released_room);
   return Warm::tried;
+}
+
+// A committed extent nobody keeps: its pages dropped, its granules free,
+// counted as returned for `why`.
+void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
+  ops_.decommit(e.base(a_), e.bytes());
+  a_.release(e.start, e.n);
+  large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
+  stats::add(st, stats::large_returned_bytes, e.bytes());
+  stats::add(st, static_cast<stats::Counter>(why), e.bytes());
 }
 
 // A miss: a fresh extent of the range, committed (its front possibly a
@@ -287,15 +291,8 @@ void LargePath::release(void* p, const char* what) {
   stats::add(st, stats::large_freed, usable);
   stats::large_live_sub(usable);
   sites::released(header_of(p), p, usable);
-  if (cache_.put(e.start, e.n)) {
-    stats::add(st, stats::large_cached_frees, 1);
-  } else {
-    ops_.decommit(e.base(a_), e.bytes());
-    a_.release(e.start, e.n);
-    large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
-    stats::add(st, stats::large_returned_bytes, e.bytes());
-    stats::add(st, stats::large_released_free, e.bytes());
-  }
+  if (cache_.put(e.start, e.n)) stats::add(st, stats::large_cached_frees, 1);
+  else return_to_os(e, st, stats::large_released_free);
   cache_.purge(false);
 }
 

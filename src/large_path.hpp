@@ -13,6 +13,9 @@ namespace lowtide {
 namespace cache {
 class ReuseCache;
 }
+namespace stats {
+struct Slot;
+}
 
 namespace large {
 
@@ -67,6 +70,7 @@ class LargePath {
   Result commit_fresh(Plan* pl, Extent* out, std::size_t* stale);
   enum class Warm { none, tried, done };
   Warm commit_warm(Plan* pl, Extent* out, std::size_t* stale);
+  void return_to_os(Extent e, stats::Slot* st, unsigned why);  // why: a stats::Counter
   Extent live_extent(const void* p, const char* what) const;
   void account(const Change& c, unsigned how);
   Result shrink_in_place(Change& c, void** out);

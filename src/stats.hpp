@@ -99,7 +99,7 @@ inline void count_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t 
   add(s, call, 1);
   // The call before its bucket, which read_slot's consistency check relies
   // on. This orders the compiler only (no instruction): x86 keeps stores in
-  // order; on a weakly ordered machine a live report may be off by a few
+  // order; on a weakly ordered machine a live report may be off by one more
   // call in flight per thread.
   std::atomic_signal_fence(std::memory_order_release);
   // n is below the class table's end (8 KiB): its bucket needs no clamp.
