@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 
+#include "init.hpp"
 #include "libc.hpp"
 #include "report.hpp"
 #include "signals.hpp"
@@ -78,6 +79,9 @@ LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtid
 LT_EXPORT size_t lowtide_release(void) { return lowtide::libc::release_now(); }
 
 LT_EXPORT void _exit(int status) { lowtide::libc::exit_now(status); }
+// Interposed for one look at AT_SECURE before libmimalloc reads its
+// variables (init.hpp).
+LT_EXPORT int __cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept { return lowtide::cxa_atexit(f, arg, dso); }
 LT_EXPORT void _Exit(int status) { lowtide::libc::exit_now(status); }
 
 // The 20 replaceable allocation functions. mimalloc 2.0.9's own operator new

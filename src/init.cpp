@@ -1,11 +1,14 @@
 #include "init.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <dlfcn.h>
 #include <sched.h>
 #include <sys/auxv.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cxxrt.hpp"
 #include "forward.hpp"
 #include "log.hpp"
 #include "mem_limit.hpp"
@@ -157,6 +160,31 @@ int mode_slow() {
 
 namespace {
 
+using CxaAtexit = int (*)(void (*)(void*), void*, void*);
+std::atomic<CxaAtexit> libc_cxa_atexit{nullptr};
+std::atomic<bool> secure_checked{false};
+
+}  // namespace
+
+int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept {
+  if (!secure_checked.load(std::memory_order_acquire)) {
+    // Setting options twice (two threads, or init_once later) is harmless.
+    if (::getauxval(AT_SECURE) != 0) small::ignore_environment();
+    secure_checked.store(true, std::memory_order_release);
+  }
+  CxaAtexit real = libc_cxa_atexit.load(std::memory_order_acquire);
+  if (real == nullptr) {
+    // The versioned name: lowtide's own unversioned definition would match
+    // an unversioned lookup first.
+    real = reinterpret_cast<CxaAtexit>(::dlvsym(RTLD_NEXT, "__cxa_atexit", "GLIBC_2.2.5"));
+    if (real == nullptr) return -1;  // as glibc does when it cannot register
+    libc_cxa_atexit.store(real, std::memory_order_release);
+  }
+  return real(f, arg, dso);
+}
+
+namespace {
+
 // Runs once the loader has bound every symbol: only now can we tell whether
 // our malloc is the one the process uses.
 __attribute__((constructor)) void lowtide_constructor() {
@@ -169,6 +197,7 @@ __attribute__((constructor)) void lowtide_constructor() {
   }
   // Here and not at first-call init: dlopen inside a malloc call can
   // deadlock on the loader's lock. Blocks allocated before this get no site.
+  cxxrt::prepare();
   sites::start();
   // The report's helpers, only when this process writes a report.
   sig::install();

@@ -16,4 +16,14 @@ inline int mode() {
   return mode_slow();
 }
 
+// The exported __cxa_atexit: glibc's, after one look at AT_SECURE. Why it
+// is interposed at all: libmimalloc's constructor registers its exit hook
+// with it *before* it reads MIMALLOC_* (mimalloc 2.0.9 mi_process_load), and
+// it runs before any constructor of lowtide's (lowtide depends on it). In a
+// setuid program this first call sets every mimalloc option to its default
+// (small::ignore_environment), so mimalloc never reads the user's
+// variables, in C and C++ programs alike. Allocates nothing; the only lock
+// is the loader's (recursive), once, to find glibc's function.
+int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept;
+
 }  // namespace lowtide

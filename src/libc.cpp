@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "cxxrt.hpp"
 #include "forward.hpp"
 #include "init.hpp"
 #include "large_cache.hpp"
@@ -174,20 +175,22 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
     else if (align > SIZE_MAX / 2 + 1) p = nullptr;
     else p = route::allocate(n, effective_alignment(align), Origin::new_op, stats::aligned_calls, false);
     if (LT_LIKELY(p != nullptr)) return p;
-    std::new_handler h = std::get_new_handler();
+    // The handler and the exception are the program's C++ runtime's
+    // (cxxrt.hpp: lowtide links none and is built without exceptions).
+    std::new_handler h = cxxrt::new_handler();
     if (h == nullptr) {
       if (nothrow) return nullptr;
-      throw std::bad_alloc();
+      cxxrt::throw_bad_alloc();
     }
     if (nothrow) {
-      try {
-        h();
-      } catch (...) {
-        return nullptr;
-      }
-    } else {
-      h();
+      // A handler may throw; the nothrow forms must then return NULL. The
+      // runtime's nothrow new retries through our throwing form inside the
+      // try/catch lowtide cannot compile.
+      bool called = false;
+      void* q = cxxrt::nothrow_new(n, align, &called);
+      if (called) return q;
     }
+    h();  // throws out of the throwing forms, through frames without handlers
   }
 }
 

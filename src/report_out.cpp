@@ -53,14 +53,10 @@ Human::Human(double v) noexcept {
     ++u;
   }
   s[0] = '\0';
-  try {  // as in Out::put: nothing to throw, and nothing may escape
-    auto r = u == 0 ? fmt::format_to_n(s, sizeof s - 1, "{}{:.0f} B", neg ? "-" : "", v)
-                    : fmt::format_to_n(s, sizeof s - 1, "{}{:.1f} {}", neg ? "-" : "", v, units[u]);
-    s[r.size < sizeof s - 1 ? r.size : sizeof s - 1] = '\0';
-  } catch (...) {
-    s[0] = '?';
-    s[1] = '\0';
-  }
+  // As in Out::put: checked formats into a fixed buffer, nothing to throw.
+  auto r = u == 0 ? fmt::format_to_n(s, sizeof s - 1, "{}{:.0f} B", neg ? "-" : "", v)
+                  : fmt::format_to_n(s, sizeof s - 1, "{}{:.1f} {}", neg ? "-" : "", v, units[u]);
+  s[r.size < sizeof s - 1 ? r.size : sizeof s - 1] = '\0';
 }
 
 Out::Out(char* buf, std::size_t cap) noexcept

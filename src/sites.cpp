@@ -1,6 +1,5 @@
 #include "sites.hpp"
 
-#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <dlfcn.h>
@@ -12,6 +11,7 @@
 #include "platform.hpp"
 #include "stats.hpp"
 #include "pyframes.hpp"
+#include "sample_math.hpp"
 #include "symbolize.hpp"
 #include "unwind.hpp"
 
@@ -87,15 +87,15 @@ std::uint64_t next_random(std::uint64_t* s) {
 std::int64_t draw_interval(std::uint64_t* rng) {
   if (interval_bytes == 0) return 0;
   double u = static_cast<double>((next_random(rng) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-  double v = -std::log(u) * static_cast<double>(interval_bytes);
+  double v = -sample_math::ln(u) * static_cast<double>(interval_bytes);
   return v >= 0x1.0p62 ? std::int64_t{1} << 62 : static_cast<std::int64_t>(v) + 1;
 }
 
 std::uint32_t weight_of(std::size_t size) {
   if (interval_bytes == 0) return kWeightOne;
-  double p = -std::expm1(-static_cast<double>(size) / static_cast<double>(interval_bytes));
+  double p = sample_math::one_minus_exp_neg(static_cast<double>(size) / static_cast<double>(interval_bytes));
   double w = p > 0 ? kWeightOne / p : 0x1.0p31;
-  return w >= 0x1.0p31 ? 0x80000000u : static_cast<std::uint32_t>(std::lround(w));
+  return w >= 0x1.0p31 ? 0x80000000u : sample_math::round_nonneg(w);
 }
 
 std::uint64_t scaled(std::size_t usable, std::uint32_t w) {

@@ -113,12 +113,16 @@ inline constexpr bool kLabelsOk = [] {
 static_assert(kLabelsOk, "include/lowtide/lowtide_stats.def: totals_small and totals_large need the same labels");
 static_assert(sizeof(::lowtide_stats) == sizeof(std::size_t) + kFieldCount * sizeof(std::uint64_t));
 
+// Not constexpr: reaching it in field_index is a compile error naming it.
+void no_such_field_in_lowtide_stats_def();
+
 // The index of the field called `name` (at compile time: a wrong name does
 // not compile).
 consteval unsigned field_index(std::string_view name) {
   for (unsigned i = 0; i < kFieldCount; ++i)
     if (name == kFields[i].name) return i;
-  throw "no such field in lowtide_stats.def";
+  no_such_field_in_lowtide_stats_def();
+  return kFieldCount;
 }
 
 // f(field, index) for each field of JSON object `obj`, in its order.

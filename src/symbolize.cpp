@@ -3,7 +3,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <dwarf.h>
@@ -11,6 +10,7 @@
 #include <link.h>
 #include <type_traits>
 
+#include "cxxrt.hpp"
 #include "unwind.hpp"
 
 namespace lowtide::symbolize {
@@ -49,6 +49,9 @@ struct Dw {
 };
 Dw dw{};
 bool have_dw = false;
+// The C++ runtime's demangler (cxxrt.hpp), found at start-up; names stay
+// mangled without one.
+cxxrt::DemangleFn demangler = nullptr;
 
 // The Session's state: one at a time (busy), used only by its own thread.
 constexpr std::uint32_t kCached = 1024;  // modules with a cached answer (sites' table holds as many)
@@ -152,7 +155,7 @@ Dwfl_Module* module_for(std::uint32_t i, const char* path, std::uintptr_t bias, 
 void set_function(Symbol* s, const char* name, bool demangle) {
   if (demangle) {
     int status = 0;
-    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    char* d = demangler != nullptr ? demangler(name, nullptr, nullptr, &status) : nullptr;
     if (status == 0 && d != nullptr) {
       copy_name(s->function, sizeof s->function, d);
       std::free(d);
@@ -222,6 +225,7 @@ bool from_libdw(const sites::Frame& f, std::uintptr_t at, const char* path, std:
 }  // namespace
 
 bool load() {
+  demangler = cxxrt::resolve_demangler();
   void* h = ::dlopen("libdw.so.1", RTLD_LOCAL | RTLD_NOW);
   if (h == nullptr) return false;
   Dw d{};

@@ -27,7 +27,9 @@ struct Symbol {
 // Start-up, from sites::start (lowtide's constructor, never inside malloc:
 // dlopen takes the loader's lock). Loads libdw.so.1 privately (RTLD_LOCAL:
 // its symbols stay out of the host's scope); false when it cannot be had,
-// silently: names then come from the loader, as without it.
+// silently: names then come from the loader, as without it. Also finds the
+// C++ demangler (cxxrt::resolve_demangler: the program's, or libstdc++
+// loaded privately when LOWTIDE_SITES is on in a process without one).
 bool load();
 
 // One report's use of libdw: the Dwfl (the files opened, their symbol

@@ -109,6 +109,30 @@ void test_operator_new_failure() {
   }
   std::set_new_handler(nullptr);
   CHECK(mine, "exception thrown by new_handler did not propagate out of operator new");
+
+  // 4) The same handler under the nothrow forms: they return NULL, nothing
+  //    escapes ([new.delete.single]: as if the throwing form were called in
+  //    a try block). lowtide, built without exceptions, gets this from the
+  //    C++ runtime's own nothrow operator new (src/cxxrt.hpp).
+  for (const Form& f : forms) {
+    if (!f.nothrow) continue;
+    g_handler_calls = 0;
+    std::set_new_handler([] {
+      ++g_handler_calls;
+      throw MyBadAlloc();
+    });
+    bool escaped = false;
+    void* p = reinterpret_cast<void*>(1);
+    try {
+      p = f.call(huge);
+    } catch (...) {
+      escaped = true;
+    }
+    std::set_new_handler(nullptr);
+    CHECK(!escaped && p == nullptr, "%s with a throwing handler: escaped=%d p=%p", f.name, escaped, p);
+    CHECK(g_handler_calls == 1, "%s with a throwing handler: handler called %d times, expected 1", f.name,
+          g_handler_calls);
+  }
 }
 
 // ------------------------------------------------- all 20 new/delete forms

@@ -15,7 +15,9 @@ as ldd resolves them), keeps the allocation family, and asserts:
     LOWTIDE_0.1 never wins over malloc@GLIBC_2.2.5 references);
  3. lowtide exports nothing but allocation-family symbols, lowtide_* and the
     _exit/_Exit report hooks, and sigaction/signal (which keep lowtide's
-    SIGTERM/SIGINT report handler invisible: docs/report.md).
+    SIGTERM/SIGINT report handler invisible: docs/report.md), and
+    __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp);
+ 4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
 GLIBC_PRIVATE symbols of libc (e.g. __libc_reallocarray) are not part of
 libc's public interface and nothing outside glibc can bind to them; they
@@ -185,7 +187,10 @@ def main():
     # forked worker's os._exit) still writes its report.
     # sigaction and signal show SIG_DFL where lowtide's SIGTERM/SIGINT
     # report handler stands in for it (src/signals.hpp).
-    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal"}
+    # __cxa_atexit: libmimalloc's constructor calls it before it reads
+    # MIMALLOC_*, the one point lowtide can stop a setuid program from
+    # obeying them (src/init.hpp).
+    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)
@@ -201,6 +206,16 @@ def main():
     for name in sorted(n for n in mine if n.startswith("lowtide_")):
         if mine[name][1] is not None:
             failures.append("%s is versioned: @%s" % (name, mine[name][1]))
+
+    # 4. What lowtide loads into every host: mimalloc and libc, nothing else.
+    #    A C++ runtime (libstdc++, libgcc_s) or libm cost a host that does
+    #    not load them itself ~1.3 MiB of RSS (docs/benchmarks.md "Fixed
+    #    footprint"); lowtide takes what it needs from the host's own
+    #    runtime (src/cxxrt.hpp).
+    needed = sorted(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", run(["readelf", "-d", lib])))
+    if needed != ["libc.so.6", "libmimalloc.so.2"]:
+        failures.append("DT_NEEDED is %s, expected only libc.so.6 and libmimalloc.so.2" % needed)
+    print("DT_NEEDED: " + ", ".join(needed))
 
     print("required allocation symbols: %d (libc+mimalloc family + %d operators)"
           % (len(required), len(OPERATORS)))
