@@ -34,7 +34,7 @@ using Thrower = void (*)();
 using NothrowNew = void* (*)(std::size_t, const std::nothrow_t&) noexcept;
 using NothrowNewAligned = void* (*)(std::size_t, std::align_val_t, const std::nothrow_t&) noexcept;
 
-// libstdc++'s functions, found once (prepare() at start-up, else at first
+// The runtime's functions, found once (prepare() at start-up, else at first
 // need) and kept: at the moment they are needed memory may be short, and
 // dlopen may need some.
 std::atomic<void*> g_libstdcxx{nullptr};
@@ -76,8 +76,35 @@ constexpr char kNothrowAligned[] = "_ZnwmSt11align_val_tRKSt9nothrow_t";
 
 }  // namespace
 
+// A function of the object `h` (and its dependencies) into `slot`.
+template <typename F>
+void from_handle(std::atomic<F>& slot, void* h, const char* name) noexcept {
+  if (slot.load(std::memory_order_acquire) != nullptr) return;
+  if (void* f = ::dlsym(h, name); f != nullptr) slot.store(reinterpret_cast<F>(f), std::memory_order_release);
+}
+
 void prepare() noexcept {
-  // Only a copy already loaded: a process without one may never need it.
+  // The program's runtime in the global scope, libstdc++ or LLVM's
+  // libc++abi (both export these names): the object that defines the
+  // std::get_new_handler lowtide bound to. Not RTLD_NEXT for the nothrow
+  // forms: libmimalloc, also after lowtide, exports its own, which has no
+  // try/catch.
+  if (lt_rt_get_new_handler != nullptr) {
+    Dl_info info;
+    if (::dladdr(reinterpret_cast<void*>(lt_rt_get_new_handler), &info) != 0 && info.dli_fname != nullptr) {
+      if (void* h = ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
+        from_handle(g_nothrow, h, kNothrow);
+        from_handle(g_nothrow_aligned, h, kNothrowAligned);
+        from_handle(g_throw, h, kThrow);
+      }
+    }
+  }
+  // libc++ keeps its thrower in libc++.so, not libc++abi: the next
+  // definition after lowtide's own (which is local: RTLD_NEXT cannot
+  // return it; libmimalloc has none).
+  from_handle(g_throw, RTLD_NEXT, kThrow);
+  // And a libstdc++ loaded but not global. A process without any may never
+  // need one: nothing is loaded here.
   if (libstdcxx(false) == nullptr) return;
   from_libstdcxx(g_get_handler, kGetHandler, false);
   from_libstdcxx(g_throw, kThrow, false);
@@ -93,8 +120,9 @@ std::new_handler new_handler() noexcept {
 }
 
 void throw_bad_alloc() {
-  // By handle, never a weak reference: the name is also defined in
-  // lowtide itself (cxxrt_helpers.cpp).
+  // Found by dlsym, never a weak reference: the name is also defined in
+  // lowtide itself (cxxrt_helpers.cpp), which a reference would bind to.
+  if (Thrower t = g_throw.load(std::memory_order_acquire); t != nullptr) t();
   if (Thrower t = from_libstdcxx(g_throw, kThrow, true); t != nullptr) t();
   static const char msg[] = "lowtide: out of memory in operator new, and no C++ runtime to throw std::bad_alloc\n";
   pal::write_stderr(msg, sizeof msg - 1);
@@ -105,12 +133,14 @@ void* nothrow_new(std::size_t n, std::size_t align, bool* called) noexcept {
   *called = false;
   const std::nothrow_t nt{};
   if (align == 0) {
-    NothrowNew f = from_libstdcxx(g_nothrow, kNothrow, true);
+    NothrowNew f = g_nothrow.load(std::memory_order_acquire);
+    if (f == nullptr) f = from_libstdcxx(g_nothrow, kNothrow, true);
     if (f == nullptr) return nullptr;
     *called = true;
     return f(n, nt);
   }
-  NothrowNewAligned f = from_libstdcxx(g_nothrow_aligned, kNothrowAligned, true);
+  NothrowNewAligned f = g_nothrow_aligned.load(std::memory_order_acquire);
+  if (f == nullptr) f = from_libstdcxx(g_nothrow_aligned, kNothrowAligned, true);
   if (f == nullptr) return nullptr;
   *called = true;
   return f(n, static_cast<std::align_val_t>(align), nt);

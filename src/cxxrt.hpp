@@ -8,21 +8,23 @@
 // operator new must honour is the one the program set in *its* runtime:
 // a linked copy could only ever be the same object by luck of load order.
 //
-// Where from, in order: the symbol in the process's global scope (a C++
-// program links libstdc++ or libc++; weak references, bound at load, null
-// when absent); else libstdc++.so.6 loaded privately by someone (a Python
-// extension dlopen'ed RTLD_LOCAL), found with RTLD_NOLOAD; else, for what
-// has to exist (a bad_alloc to throw, a demangler), libstdc++.so.6 loaded
-// now, privately. Lookups may dlopen: never call them holding a lowtide lock.
+// Where from, in order: the process's global scope (a C++ program links
+// libstdc++, or LLVM's libc++ and libc++abi, which export the same names):
+// weak references bound at load, or dlsym(RTLD_NEXT) at start-up for names
+// lowtide defines itself; else libstdc++.so.6 loaded privately by someone
+// (a Python extension dlopen'ed RTLD_LOCAL), found with RTLD_NOLOAD; else,
+// for what has to exist (a bad_alloc to throw, a demangler), libstdc++.so.6
+// loaded now, privately. Lookups may dlopen: never call them holding a
+// lowtide lock.
 #pragma once
 #include <cstddef>
 #include <new>
 
 namespace lowtide::cxxrt {
 
-// At start-up (lowtide's constructor, where dlopen is safe): if the process
-// already has libstdc++, find what operator new's failure path needs now,
-// while memory is not short.
+// At start-up (lowtide's constructor, where dlopen is safe): find what
+// operator new's failure path needs in the runtime the process already has
+// (global, or libstdc++ loaded privately), while memory is not short.
 void prepare() noexcept;
 
 // The handler std::set_new_handler installed, or nullptr (none, or no C++

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <sched.h>
 #include <sys/auxv.h>
@@ -174,10 +175,15 @@ int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept {
   }
   CxaAtexit real = libc_cxa_atexit.load(std::memory_order_acquire);
   if (real == nullptr) {
-    // The versioned name: lowtide's own unversioned definition would match
-    // an unversioned lookup first.
-    real = reinterpret_cast<CxaAtexit>(::dlvsym(RTLD_NEXT, "__cxa_atexit", "GLIBC_2.2.5"));
-    if (real == nullptr) return -1;  // as glibc does when it cannot register
+    // RTLD_NEXT: the definition after lowtide's own, glibc's.
+    real = reinterpret_cast<CxaAtexit>(::dlsym(RTLD_NEXT, "__cxa_atexit"));
+    if (real == nullptr) {
+      // Failing the call would silently drop a destructor; there is no
+      // glibc to forward to, which cannot happen in a process that runs.
+      static const char msg[] = "lowtide: cannot find glibc's __cxa_atexit\n";
+      pal::write_stderr(msg, sizeof msg - 1);
+      std::abort();
+    }
     libc_cxa_atexit.store(real, std::memory_order_release);
   }
   return real(f, arg, dso);

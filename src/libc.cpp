@@ -185,10 +185,17 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
     if (nothrow) {
       // A handler may throw; the nothrow forms must then return NULL. The
       // runtime's nothrow new retries through our throwing form inside the
-      // try/catch lowtide cannot compile.
+      // try/catch lowtide cannot compile. That form counts each attempt,
+      // this one included: its count here is taken back first. (A throw
+      // inside the runtime allocates its exception object: one more small
+      // malloc in the counters, as under any allocator.)
+      const bool counted = mode() != kForwarding && n <= kMaxRequest && align <= SIZE_MAX / 2 + 1;
+      const stats::Counter call = align == 0 ? stats::malloc_calls : stats::aligned_calls;
+      if (counted) stats::uncount_request(stats::slot(), call, n);
       bool called = false;
       void* q = cxxrt::nothrow_new(n, align, &called);
       if (called) return q;
+      if (counted) stats::count_request(stats::slot(), call, n);
     }
     h();  // throws out of the throwing forms, through frames without handlers
   }

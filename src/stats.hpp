@@ -91,6 +91,16 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
   __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
 }
 
+// count_request taken back (operator new's nothrow forms hand a failed
+// request to the C++ runtime, whose retry through the throwing form counts
+// again).
+inline void uncount_request(Slot* s, Counter call, std::size_t n) {
+  if constexpr (!kEnabled) return;
+  add(s, call, ~std::uint64_t{0});
+  unsigned b = bucket_of(n);
+  __atomic_store_n(&s->hist[b], s->hist[b] - 1, __ATOMIC_RELAXED);
+}
+
 // A small block of usable size u for a request of n bytes, counted as one
 // `call` (the fast path counts before it allocates; uncount_small_alloc
 // takes it back if mimalloc then fails).
