@@ -65,7 +65,7 @@ class Out {
     // exceptions; src/meson.build makes fmt's FMT_THROW an abort). fmt's
     // digit buffers would allocate (operator new, which throws on failure,
     // through frames without cleanups) only for precisions far beyond the
-    // ones formatted here ({:.0f}, {:.1f}, {:.2f} of bounded values).
+    // ones formatted here (at most {:.3f}, of bounded values).
     auto r = fmt::format_to_n(buf_ + len_, room, f, std::forward<Args>(args)...);
     if (r.size > room) overflow();
     else len_ += r.size;
