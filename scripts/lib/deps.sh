@@ -27,7 +27,8 @@ LOWTIDE_TEST_DEBS=(
   # tests (the `test` package beyond libregrtest)
   valgrind clang-14 libclang-rt-14-dev clang-tidy-14 cppcheck git sqlite3 libpython3.11-testsuite
   # tests/entry_points cxx_libcxx: operator new's contract on LLVM's libc++
-  libc++-14-dev libc++abi-14-dev
+  # (the runtime only: libc++-14-dev conflicts with libunwind-dev)
+  libc++1-14 libc++abi1-14
   # tests/install: pip install into a virtualenv, offline (meson-python)
   python3-venv python3-pip python3-mesonpy
   # tests/stats: the Prometheus report read by the client library's parser

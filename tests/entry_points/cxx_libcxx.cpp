@@ -1,5 +1,5 @@
 // operator new's failure contract in a program on LLVM's libc++/libc++abi
-// (built with clang++ -stdlib=libc++): lowtide links no C++ runtime and must
+// (linked against their runtime: tests/entry_points/meson.build): lowtide links no C++ runtime and must
 // use this one's new_handler, throw through it, and return NULL from the
 // nothrow forms when the handler throws (src/cxxrt.hpp). The last check runs
 // out of memory for real (RLIMIT_AS, in a child): bad_alloc must still
@@ -41,8 +41,9 @@ std::size_t opaque(std::size_t n) {
 // Run in a process started under RLIMIT_AS (main's child execs this
 // program again), so that lowtide's reservation, made at start, fits the
 // limit and the blocks below really run out.
+void* volatile sink;  // keeps the filling allocations alive and unelided
+
 int real_oom() {
-  static void* volatile sink;
   // Down to 64 KiB blocks: a library could no longer be mapped.
   for (std::size_t sz = std::size_t{1} << 20; sz >= (std::size_t{64} << 10); sz /= 2)
     while (void* p = std::malloc(sz)) sink = p;
