@@ -58,7 +58,8 @@ void Arena::remove_free(std::uint32_t s) {
   if (next_[s] != kNone) prev_[next_[s]] = prev_[s];
 }
 
-std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g) {
+std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* gap) {
+  if (gap != nullptr) *gap = 0;
   if (n == 0 || n > granules_ || skew_g >= n) return kNone;
   if (align_g == 0) align_g = 1;
   // No extent is aligned to more than the whole range; refusing here also
@@ -76,7 +77,12 @@ std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t
       if (a + n > std::uint64_t{s} + len) continue;
       remove_free(s);
       auto at = static_cast<std::uint32_t>(a);
-      if (at > s) insert_free(s, at - s);
+      if (at > s && gap != nullptr) {
+        set_tags(s, at - s, kUsed);
+        *gap = at - s;
+      } else if (at > s) {
+        insert_free(s, at - s);
+      }
       std::uint32_t end = s + len;
       if (at + n < end) insert_free(at + n, end - (at + n));
       set_tags(at, n, kUsed);
@@ -108,6 +114,71 @@ void Arena::release(std::uint32_t s, std::uint32_t n) {
   lock();
   release_locked(s, n);
   unlock();
+}
+
+void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, std::size_t),
+                      bool (*drop_writable)(void*, std::size_t)) {
+  if (drop_writable == nullptr) {
+    decommit(addr(s), std::size_t{n} << kGranuleShift);
+    release(s, n);
+    return;
+  }
+  lock();
+  std::uint32_t rs = s, rn = n;
+  bool at_tail = s + n == granules_;
+  if (s > 0 && (tag_[s - 1] & kFree)) {
+    const std::uint32_t len = tag_[s - 1] & kLenMask;
+    rs = s - len;
+    rn += len;
+    remove_free(rs);
+  }
+  if (!at_tail && (tag_[s + n] & kFree)) {
+    const std::uint32_t len = tag_[s + n] & kLenMask;
+    if (s + n + len == granules_) {
+      at_tail = true;  // the untouched tail: not taken, it stays PROT_NONE
+    } else {
+      remove_free(s + n);
+      rn += len;
+    }
+  }
+  // The run is one used extent while it is re-mapped. (The tags inside it
+  // are left as they were: only an extent's two end tags are ever read.)
+  set_tags(rs, rn, kUsed);
+  unlock();
+  void* p = addr(rs);
+  const std::size_t len = std::size_t{rn} << kGranuleShift;
+  if (at_tail || !drop_writable(p, len)) decommit(p, len);
+  release(rs, rn);
+}
+
+void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
+  constexpr int kBatch = 64;
+  std::uint32_t taken[kBatch][2];
+  for (std::uint32_t cursor = 0;;) {
+    int k = 0;
+    lock();
+    std::uint32_t s = cursor;
+    while (s < granules_ && k < kBatch) {
+      const std::uint32_t t = tag_[s];
+      const std::uint32_t n = t & kLenMask;
+      if (n == 0 || n > granules_ - s) break;  // cannot happen in a consistent map: stop rather than loop
+      if ((t & kFree) && s + n != granules_) {
+        remove_free(s);
+        set_tags(s, n, kUsed);
+        taken[k][0] = s;
+        taken[k][1] = n;
+        ++k;
+      }
+      s += n;
+    }
+    unlock();
+    for (int i = 0; i < k; ++i) {
+      decommit(addr(taken[i][0]), std::size_t{taken[i][1]} << kGranuleShift);
+      release(taken[i][0], taken[i][1]);
+    }
+    if (k < kBatch) return;
+    cursor = s;
+  }
 }
 
 bool Arena::grow(std::uint32_t s, std::uint32_t n, std::uint32_t m) {

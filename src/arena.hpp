@@ -35,8 +35,32 @@ class Arena {
   // Extent management (takes the arena lock). Returns the first granule s of
   // n free granules such that granule s + skew_g starts at an address aligned
   // to align_g granules, or kNone.
-  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g = 0);
+  // With `gap` (not null), the granules skipped in front of s to reach the
+  // alignment are not left free but handed over too, as a used extent of
+  // *gap granules ending at s (0: none), for the caller to give_back once s
+  // is committed: gaps cut from the PROT_NONE tail would otherwise split the
+  // read-write run around every aligned block for as long as it lives.
+  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g = 0, std::uint32_t* gap = nullptr);
   void release(std::uint32_t start, std::uint32_t n);
+  // Give the used extent [start, start+n) back with its pages dropped,
+  // keeping the range's mapping count near the live blocks' (issue 14 part
+  // 5). The free extents on either side are taken too (out of the free
+  // lists, under the lock, so nobody allocates there meanwhile) and the whole
+  // run is re-mapped at once, outside the lock: with drop_writable (a fresh
+  // read-write mapping) where it succeeds, which merges the run into one
+  // mapping with its neighbours, whatever gaps (PROT_NONE) or separately
+  // made mappings it held; with decommit (PROT_NONE) where it does not, or
+  // when the run meets the range's free tail, which stays PROT_NONE (the
+  // run then joins it). Then the run is released. drop_writable null: the
+  // extent alone, decommitted, as release() after decommit.
+  void give_back(std::uint32_t start, std::uint32_t n, void (*decommit)(void*, std::size_t),
+                 bool (*drop_writable)(void*, std::size_t));
+  // Every free extent but the range's tail through decommit (PROT_NONE), a
+  // batch at a time: each batch is taken out of the free lists under the
+  // lock, re-mapped outside it, then released. For mlockall(MCL_CURRENT),
+  // which would populate and lock every read-write page of the process,
+  // free extents included.
+  void protect_free(void (*decommit)(void*, std::size_t));
   // Extend the used extent [start, start+n) to m granules in place, if the
   // following granules are free.
   bool grow(std::uint32_t start, std::uint32_t n, std::uint32_t m);

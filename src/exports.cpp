@@ -79,6 +79,10 @@ LT_EXPORT int lowtide_write_report(const char* path, int format) { return lowtid
 LT_EXPORT size_t lowtide_release(void) { return lowtide::libc::release_now(); }
 
 LT_EXPORT void _exit(int status) { lowtide::libc::exit_now(status); }
+// Interposed to know when mlockall(MCL_FUTURE) is in force: freed large
+// extents are then made PROT_NONE, not read-write (platform.hpp).
+LT_EXPORT int mlockall(int flags) noexcept { return lowtide::libc::mlockall(flags); }
+LT_EXPORT int munlockall(void) noexcept { return lowtide::pal::munlockall(); }
 // Interposed for one look at AT_SECURE before libmimalloc reads its
 // variables (init.hpp).
 LT_EXPORT int __cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept { return lowtide::cxa_atexit(f, arg, dso); }

@@ -88,8 +88,7 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
   std::size_t total = 0;
   for (int i = 0; i < n; ++i) {
     const Extent e{out[i].start, out[i].n};
-    deps_.decommit(e.base(arena_), e.bytes());
-    arena_.release(e.start, e.n);
+    arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
@@ -445,7 +444,8 @@ void wake_decay() {
     pal::futex_wake(sleeping_word());
 }
 
-constexpr Deps kProductionDeps{&pal::now_ns, &pal::decommit, &returned_to_os, &limit::cache_room, &wake_decay};
+constexpr Deps kProductionDeps{&pal::now_ns,       &pal::decommit, &returned_to_os, &limit::cache_room,
+                               &wake_decay,        &pal::drop_writable};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};

@@ -51,6 +51,9 @@ struct Deps {
   // Told when put keeps a block in an empty cache, outside the lock (the
   // decay thread sleeps while nothing is cached); may be null.
   void (*kept)() = nullptr;
+  // Arena::give_back's read-write release (pal::drop_writable); may be null
+  // (decommit alone, as the unit tests' fakes do).
+  bool (*drop_writable)(void* p, std::size_t len) = nullptr;
 };
 
 class ReuseCache {

@@ -209,8 +209,7 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
 // A committed extent nobody keeps: its pages dropped, its granules free,
 // counted as returned for `why`.
 void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
-  ops_.decommit(e.base(a_), e.bytes());
-  a_.release(e.start, e.n);
+  a_.give_back(e.start, e.n, ops_.decommit, ops_.drop_writable);
   large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
   stats::add(st, stats::large_returned_bytes, e.bytes());
   stats::add(st, static_cast<stats::Counter>(why), e.bytes());
@@ -226,12 +225,18 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   // about to be faulted in, so reuse never adds to the peak (the miss
   // already matched against blocks given back early if commit_warm tried).
   cache_.evict_for(pl->bytes, w == Warm::tried ? 0 : pl->bytes);
-  std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew);
+  std::uint32_t gap = 0;
+  std::uint32_t* want_gap = ops_.drop_writable != nullptr ? &gap : nullptr;
+  std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
   // The range may only be full of cached blocks: give those back, retry.
-  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew);
+  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
   if (s == Arena::kNone) return Result::no_room;
   const Extent e{s, pl->need};
-  if (pal::Commit c = ops_.commit(e.base(a_), e.bytes()); c != pal::Commit::ok) {
+  const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
+  // The alignment gap in front, re-mapped as free read-write space next to
+  // the block (Arena::alloc): no pages, no mapping of its own.
+  if (gap != 0) a_.give_back(s - gap, gap, ops_.decommit, ops_.drop_writable);
+  if (c != pal::Commit::ok) {
     a_.release(e.start, e.n);
     return refusal(c);
   }
@@ -366,8 +371,8 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
   // (a reused cached block) keeps it for the next growth step.
   if (c.need < c.old.n && c.size < c.h->requested) {
     const Extent tail{c.old.start + c.need, c.old.n - c.need};
-    ops_.decommit(tail.base(a_), tail.bytes());
-    a_.shrink(c.old.start, c.old.n, c.need);
+    a_.split(c.old.start, c.old.n, c.need);
+    a_.give_back(tail.start, tail.n, ops_.decommit, ops_.drop_writable);
     large::space.mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
     stats::add(c.st, stats::large_returned_bytes, tail.bytes());
     stats::add(c.st, stats::large_released_free, tail.bytes());
@@ -506,8 +511,7 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   nh->length = c.bytes;
   nh->requested = c.size;
   a_.claim(c.p);
-  ops_.decommit(c.old.base(a_), old_bytes);
-  a_.release(c.old.start, c.old.n);
+  a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
   a_.publish(user, to.start, nh->site);
   if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cstdio>
@@ -199,6 +200,12 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
     }
     h();  // throws out of the throwing forms, through frames without handlers
   }
+}
+
+int mlockall(int flags) {
+  pal::mlockall_begin();
+  if ((flags & MCL_CURRENT) != 0 && large::space.arena.ready()) large::space.arena.protect_free(pal::decommit);
+  return pal::mlockall(flags);
 }
 
 void* reallocf(void* p, std::size_t n) {

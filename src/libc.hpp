@@ -92,6 +92,11 @@ inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
   return operator_new_slow(n, align, nothrow);
 }
 
+// The interposed mlockall: under MCL_CURRENT the kernel would populate and
+// lock every read-write page, free extents of the range included, so those
+// are made PROT_NONE first (Arena::protect_free).
+int mlockall(int flags);
+
 void* calloc(std::size_t n, std::size_t size);
 void* realloc(void* p, std::size_t n);
 void* reallocarray(void* p, std::size_t n, std::size_t size);

@@ -116,6 +116,41 @@ Commit commit(void* p, std::size_t len) {
   return Commit::refused;
 }
 
+namespace {
+// mlockall(MCL_FUTURE) in force, kept by the interposed mlockall and
+// munlockall; `locking`: an mlockall call is under way (its free extents
+// are being made PROT_NONE, and no free may make one read-write meanwhile).
+std::atomic<bool> locked_future{false};
+std::atomic<int> locking{0};
+}  // namespace
+
+void mlockall_begin() { locking.fetch_add(1, std::memory_order_seq_cst); }
+
+int mlockall(int flags) {
+  const long r = ::syscall(SYS_mlockall, flags);
+  // The kernel replaces the process's default lock flags on every call.
+  if (r == 0) locked_future.store((flags & MCL_FUTURE) != 0, std::memory_order_relaxed);
+  locking.fetch_sub(1, std::memory_order_seq_cst);
+  return r == 0 ? 0 : -1;
+}
+
+int munlockall() {
+  if (::syscall(SYS_munlockall) != 0) return -1;
+  locked_future.store(false, std::memory_order_relaxed);
+  return 0;
+}
+
+bool drop_writable(void* p, std::size_t len) {
+  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
+      locking.load(std::memory_order_seq_cst) != 0)
+    return false;
+  const int saved = errno;
+  void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, kReserveFlags | MAP_FIXED, -1, 0);
+  if (r == p) return true;
+  errno = saved;  // past vm.max_map_count: the caller's decommit copes
+  return false;
+}
+
 void decommit(void* p, std::size_t len) {
   void* r = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0);
   if (r == p) return;

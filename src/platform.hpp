@@ -32,6 +32,24 @@ bool overcommit_refuses(std::size_t len);
 // pages dropped all the same); either way it reads as zeros once committed
 // again.
 void decommit(void* p, std::size_t len);
+// A free extent's other release: a fresh read-write mapping over
+// [p, p+len) (every page dropped, zeros, the mapping's flags reset, merged
+// with read-write neighbours), so that free space between live blocks
+// splits no mapping (Arena::give_back; issue 14 part 5). false, leaving the
+// range as it was, where it must not or cannot be done: under
+// vm.overcommit_memory=2 (a read-write private mapping is charged against
+// CommitLimit even with MAP_NORESERVE; a PROT_NONE one is not), while
+// mlockall(MCL_FUTURE) is in force (the kernel would populate and lock the
+// whole fresh mapping), and when the kernel refuses (the map count).
+bool drop_writable(void* p, std::size_t len);
+// mlockall and munlockall for the interposed exports: the system calls,
+// and whether MCL_FUTURE is in force after them. -1 with errno on failure.
+// A program that makes the system call itself is not seen. mlockall_begin()
+// first (libc::mlockall): from then until mlockall returns, drop_writable
+// refuses.
+void mlockall_begin();
+int mlockall(int flags);
+int munlockall();
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
 // appears. Fails on old kernels, at vm.max_map_count, and on ranges that
@@ -109,8 +127,10 @@ struct PageOps {
   void (*advise_hugepage)(void* p, std::size_t len);
   bool (*overcommit_refuses)(std::size_t len);
   std::size_t (*resident)(const void* p, std::size_t len);
+  // Arena::give_back's read-write release; null: always decommit (tests).
+  bool (*drop_writable)(void* p, std::size_t len) = nullptr;
 };
-inline constexpr PageOps kPageOps{&commit, &decommit, &move_pages, &advise_hugepage, &overcommit_refuses,
-                                  &resident_bytes};
+inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
+                                  &resident_bytes,   &drop_writable};
 
 }  // namespace lowtide::pal

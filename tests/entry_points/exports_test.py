@@ -16,7 +16,8 @@ as ldd resolves them), keeps the allocation family, and asserts:
  3. lowtide exports nothing but allocation-family symbols, lowtide_* and the
     _exit/_Exit report hooks, and sigaction/signal (which keep lowtide's
     SIGTERM/SIGINT report handler invisible: docs/report.md), and
-    __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp);
+    __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp),
+    mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp);
  4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
 GLIBC_PRIVATE symbols of libc (e.g. __libc_reallocarray) are not part of
@@ -190,7 +191,9 @@ def main():
     # __cxa_atexit: libmimalloc's constructor calls it before it reads
     # MIMALLOC_*, the one point lowtide can stop a setuid program from
     # obeying them (src/init.hpp).
-    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit"}
+    # mlockall/munlockall: whether MCL_FUTURE is in force decides how freed
+    # large extents are released (src/platform.hpp drop_writable).
+    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)

@@ -56,7 +56,10 @@ TEST_CASE("arena extents never overlap under concurrent alloc, grow, shrink and 
           B& b = mine[i];
           if (op == 1) {
             own.drop(b.s, b.n);
-            a.release(b.s, b.n);
+            // Half of the frees as give_back, which takes the free space on
+            // both sides for a moment (page operations that do nothing).
+            if (r() % 2 == 0) a.release(b.s, b.n);
+            else a.give_back(b.s, b.n, [](void*, std::size_t) {}, [](void*, std::size_t) { return true; });
             mine[i] = mine.back();
             mine.pop_back();
           } else if (op == 2) {
@@ -115,4 +118,127 @@ TEST_CASE("skewed alignment: the granule after the start is aligned") {
     a.release(s, 3);
   }
   CHECK(a.alloc(1, 4, 1) == Arena::kNone);  // the skew must fall inside the extent
+}
+
+// Arena::give_back and alloc's gap (issue 14 part 5), over recording fakes
+// for the two page operations.
+namespace {
+struct Call {
+  std::uintptr_t p;
+  std::size_t len;
+};
+std::vector<Call> g_drops, g_decommits;
+bool g_drop_ok = true;
+bool fake_drop(void* p, std::size_t len) {
+  g_drops.push_back({reinterpret_cast<std::uintptr_t>(p), len});
+  return g_drop_ok;
+}
+void fake_decommit(void* p, std::size_t len) { g_decommits.push_back({reinterpret_cast<std::uintptr_t>(p), len}); }
+void reset_calls() {
+  g_drops.clear();
+  g_decommits.clear();
+  g_drop_ok = true;
+}
+constexpr std::size_t G = Arena::kGranule;
+}  // namespace
+
+TEST_CASE("give_back re-maps the extent with the free space on both sides, never the tail") {
+  static Arena a;
+  REQUIRE(a.init(std::size_t{256} << 20, std::size_t{64} << 20));
+  const std::uint32_t total = static_cast<std::uint32_t>(a.size() >> Arena::kGranuleShift);
+  // [A 10][B 10][C 10][D 10][tail]
+  const std::uint32_t A = a.alloc(10, 1), B = a.alloc(10, 1), C = a.alloc(10, 1), D = a.alloc(10, 1);
+  REQUIRE(A == 0);
+  REQUIRE(B == 10);
+  REQUIRE(C == 20);
+  REQUIRE(D == 30);
+  reset_calls();
+  // A alone: its next neighbour is live: only A, read-write.
+  a.give_back(A, 10, fake_decommit, fake_drop);
+  REQUIRE(g_drops.size() == 1);
+  CHECK(g_drops[0].p == a.base());
+  CHECK(g_drops[0].len == 10 * G);
+  CHECK(g_decommits.empty());
+  // C: free on neither side.
+  reset_calls();
+  a.give_back(C, 10, fake_decommit, fake_drop);
+  REQUIRE(g_drops.size() == 1);
+  CHECK(g_drops[0].p == a.base() + 20 * G);
+  // B: free on both sides: the run A+B+C, one mapping.
+  reset_calls();
+  a.give_back(B, 10, fake_decommit, fake_drop);
+  REQUIRE(g_drops.size() == 1);
+  CHECK(g_drops[0].p == a.base());
+  CHECK(g_drops[0].len == 30 * G);
+  CHECK(g_decommits.empty());
+  CHECK(a.check() == nullptr);
+  // D: the free run before it is taken, the tail after it is not: PROT_NONE
+  // over [0, 40), and then everything is one free extent again.
+  reset_calls();
+  a.give_back(D, 10, fake_decommit, fake_drop);
+  CHECK(g_drops.empty());
+  REQUIRE(g_decommits.size() == 1);
+  CHECK(g_decommits[0].p == a.base());
+  CHECK(g_decommits[0].len == 40 * G);
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
+
+  // A refused read-write release falls back to decommit over the same run.
+  const std::uint32_t E = a.alloc(5, 1), F = a.alloc(5, 1);
+  reset_calls();
+  g_drop_ok = false;
+  a.give_back(E, 5, fake_decommit, fake_drop);
+  REQUIRE(g_drops.size() == 1);
+  REQUIRE(g_decommits.size() == 1);
+  CHECK(g_decommits[0].p == g_drops[0].p);
+  CHECK(g_decommits[0].len == 5 * G);
+  a.give_back(F, 5, fake_decommit, fake_drop);
+  CHECK(a.free_granules() == total);
+
+  // Without drop_writable (tests' fakes, old callers): decommit the extent alone.
+  const std::uint32_t H = a.alloc(3, 1), I = a.alloc(3, 1);
+  a.give_back(H, 3, fake_decommit, fake_drop);
+  reset_calls();
+  a.give_back(I, 3, fake_decommit, nullptr);
+  REQUIRE(g_decommits.size() == 1);
+  CHECK(g_decommits[0].p == a.base() + std::uintptr_t{I} * G);
+  CHECK(g_decommits[0].len == 3 * G);
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
+}
+
+TEST_CASE("alloc hands over the alignment gap, give_back merges it; protect_free spares the tail") {
+  static Arena a;
+  REQUIRE(a.init(std::size_t{256} << 20, std::size_t{64} << 20));
+  const std::uint32_t total = static_cast<std::uint32_t>(a.size() >> Arena::kGranuleShift);
+  const std::uint32_t first = a.alloc(3, 1);
+  REQUIRE(first == 0);
+  // 32 granules (2 MiB) aligned: the granules up to the boundary are a gap.
+  std::uint32_t gap = 99;
+  const std::uint32_t s = a.alloc(40, 32, 0, &gap);
+  REQUIRE(s != Arena::kNone);
+  CHECK(((a.base() + std::uintptr_t{s} * G) & (32 * G - 1)) == 0);
+  REQUIRE(gap == s - 3);
+  CHECK(a.is_used_extent(s - gap, gap));
+  CHECK(a.free_granules() == total - 3 - gap - 40);
+  reset_calls();
+  a.give_back(s - gap, gap, fake_decommit, fake_drop);
+  REQUIRE(g_drops.size() == 1);
+  CHECK(g_drops[0].p == a.base() + 3 * G);
+  CHECK(g_drops[0].len == std::size_t{gap} * G);
+  // No alignment, no gap: none reported (it lands in the free space
+  // before s, first fit).
+  const std::uint32_t t = a.alloc(8, 1, 0, &gap);
+  CHECK(gap == 0);
+  REQUIRE(t == 3);
+  // protect_free: the free extent [11, s), and nothing of the tail.
+  reset_calls();
+  a.protect_free(fake_decommit);
+  REQUIRE(g_decommits.size() == 1);
+  CHECK(g_decommits[0].p == a.base() + 11 * G);
+  CHECK(g_decommits[0].len == std::size_t{s - 11} * G);
+  CHECK(a.check() == nullptr);
+  for (std::uint32_t x : {first, s, t}) a.release(x, a.used_length(x));
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
 }
