@@ -1,5 +1,7 @@
 #include "arena.hpp"
 
+#include <sched.h>
+
 
 #include "platform.hpp"
 #include "size_math.hpp"
@@ -123,6 +125,10 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
     release(s, n);
     return;
   }
+  // Counted before drop_writable looks at whether an mlockall is under way
+  // (both sequentially consistent): either this call sees it and maps
+  // PROT_NONE, or the mlockall sees this call and waits for it.
+  giving_back_.fetch_add(1, std::memory_order_seq_cst);
   lock();
   std::uint32_t rs = s, rn = n;
   bool at_tail = s + n == granules_;
@@ -149,11 +155,20 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   const std::size_t len = std::size_t{rn} << kGranuleShift;
   if (at_tail || !drop_writable(p, len)) decommit(p, len);
   release(rs, rn);
+  giving_back_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Arena::wait_give_backs() const {
+  while (giving_back_.load(std::memory_order_seq_cst) != 0) sched_yield();
 }
 
 void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   constexpr int kBatch = 64;
   std::uint32_t taken[kBatch][2];
+  // The last extent of a full batch stays taken (used) until the next scan
+  // has started from its end: while it is used, nothing can merge into the
+  // extent at the cursor from the left, so the cursor stays an extent start.
+  std::uint32_t held_s = kNone, held_n = 0;
   for (std::uint32_t cursor = 0;;) {
     int k = 0;
     lock();
@@ -161,7 +176,7 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
     while (s < granules_ && k < kBatch) {
       const std::uint32_t t = tag_[s];
       const std::uint32_t n = t & kLenMask;
-      if (n == 0 || n > granules_ - s) break;  // cannot happen in a consistent map: stop rather than loop
+      if (n == 0 || n > granules_ - s) break;
       if ((t & kFree) && s + n != granules_) {
         remove_free(s);
         set_tags(s, n, kUsed);
@@ -171,12 +186,20 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
       }
       s += n;
     }
+    if (held_s != kNone) release_locked(held_s, held_n);
+    held_s = kNone;
     unlock();
+    const bool more = k == kBatch;
     for (int i = 0; i < k; ++i) {
       decommit(addr(taken[i][0]), std::size_t{taken[i][1]} << kGranuleShift);
-      release(taken[i][0], taken[i][1]);
+      if (more && i == k - 1) {
+        held_s = taken[i][0];
+        held_n = taken[i][1];
+      } else {
+        release(taken[i][0], taken[i][1]);
+      }
     }
-    if (k < kBatch) return;
+    if (!more) return;
     cursor = s;
   }
 }

@@ -125,9 +125,18 @@ class Arena {
     return locked;
   }
 
+  // Waits until no give_back that started before the call is still under
+  // way (mlockall: one that re-maps read-write must have released its run
+  // before protect_free looks for free extents). Spins with sched_yield;
+  // give_back holds no lock while it maps.
+  void wait_give_backs() const;
+
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
-  void reset_after_fork() { pthread_mutex_init(&mu_, nullptr); }
+  void reset_after_fork() {
+    pthread_mutex_init(&mu_, nullptr);
+    giving_back_.store(0, std::memory_order_relaxed);  // the forking thread's only: no other runs here
+  }
 
  private:
   static constexpr std::uint32_t kLenMask = 0x3fffffff;
@@ -162,6 +171,7 @@ class Arena {
   std::uint32_t* prev_ = nullptr;
   std::uint32_t head_[kBins] = {};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+  std::atomic<int> giving_back_{0};  // give_backs under way
 };
 
 // An extent of the range: granules [start, start+n). The one place the

@@ -81,6 +81,7 @@ void after_fork_parent() {
 }
 void after_fork_child() {
   large::space.arena.reset_after_fork();
+  pal::mlock_fork_child();
   cache::fork_child();
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;

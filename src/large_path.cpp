@@ -233,13 +233,13 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   if (s == Arena::kNone) return Result::no_room;
   const Extent e{s, pl->need};
   const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
+  // A refused commit may have left part of the extent mapped: released
+  // first, it is re-mapped with the gap's run below (or joins the tail).
+  if (c != pal::Commit::ok) a_.release(e.start, e.n);
   // The alignment gap in front, re-mapped as free read-write space next to
   // the block (Arena::alloc): no pages, no mapping of its own.
   if (gap != 0) a_.give_back(s - gap, gap, ops_.decommit, ops_.drop_writable);
-  if (c != pal::Commit::ok) {
-    a_.release(e.start, e.n);
-    return refusal(c);
-  }
+  if (c != pal::Commit::ok) return refusal(c);
   if (wants_advice(e.bytes())) ops_.advise_hugepage(e.base(a_), e.bytes());
   large::space.mapped.fetch_add(e.bytes(), std::memory_order_relaxed);
   *out = e;

@@ -203,8 +203,13 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
 }
 
 int mlockall(int flags) {
+  // From here frees release PROT_NONE; those already re-mapping read-write
+  // finish first, so that protect_free finds what they released.
   pal::mlockall_begin();
-  if ((flags & MCL_CURRENT) != 0 && large::space.arena.ready()) large::space.arena.protect_free(pal::decommit);
+  if ((flags & MCL_CURRENT) != 0 && large::space.arena.ready()) {
+    large::space.arena.wait_give_backs();
+    large::space.arena.protect_free(pal::decommit);
+  }
   return pal::mlockall(flags);
 }
 

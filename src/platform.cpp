@@ -126,6 +126,13 @@ std::atomic<int> locking{0};
 
 void mlockall_begin() { locking.fetch_add(1, std::memory_order_seq_cst); }
 
+void mlock_fork_child() {
+  // The kernel does not pass mlockall's flags to a child, and an mlockall
+  // another thread was making is not under way in it.
+  locked_future.store(false, std::memory_order_relaxed);
+  locking.store(0, std::memory_order_relaxed);
+}
+
 int mlockall(int flags) {
   const long r = ::syscall(SYS_mlockall, flags);
   // The kernel replaces the process's default lock flags on every call.

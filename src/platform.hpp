@@ -48,6 +48,8 @@ bool drop_writable(void* p, std::size_t len);
 // first (libc::mlockall): from then until mlockall returns, drop_writable
 // refuses.
 void mlockall_begin();
+// In a forked child: no mlockall flags, none under way.
+void mlock_fork_child();
 int mlockall(int flags);
 int munlockall();
 // Move the pages of [src, src+len) to dst (which must be a reservation of
