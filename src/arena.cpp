@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 
 #include "platform.hpp"
 #include "size_math.hpp"
@@ -20,20 +21,24 @@ bool Arena::init(std::size_t want, std::size_t min) {
     if (granules > kLenMask) continue;
     // Tables: 8 (live) + 4 (tag) + 4 + 4 (free-list links) bytes per granule.
     std::size_t meta = round_up(granules * 20, pal::kPageSize);
-    void* m = pal::map_lazy(meta);
+    void* m = pal::reserve(meta);
     if (m == nullptr) continue;
-    void* r = pal::reserve_aligned(len, kRangeAlign);
-    if (r == nullptr) {
-      pal::unmap(m, meta);
-      continue;
-    }
     auto* bytes = static_cast<char*>(m);
     live_ = reinterpret_cast<std::atomic<std::uint64_t>*>(bytes);
     tag_ = reinterpret_cast<std::uint32_t*>(bytes + granules * 8);
     next_ = tag_ + granules;
     prev_ = next_ + granules;
-    for (auto& h : head_) h = kNone;
     granules_ = static_cast<std::uint32_t>(granules);
+    open_.store(0, std::memory_order_relaxed);
+    const auto last_tag = reinterpret_cast<std::uintptr_t>(&tag_[granules - 1]) & ~(pal::kPageSize - 1);
+    void* r = nullptr;
+    if (!pal::open_table(reinterpret_cast<void*>(last_tag), pal::kPageSize) || !open_to(1) ||
+        (r = pal::reserve_aligned(len, kRangeAlign)) == nullptr) {
+      pal::unmap(m, meta);
+      granules_ = 0;
+      continue;
+    }
+    for (auto& h : head_) h = kNone;
     base_ = reinterpret_cast<std::uintptr_t>(r);
     insert_free(0, granules_);
     // size_ last: contains() is false until the tables are in place.
@@ -41,6 +46,27 @@ bool Arena::init(std::size_t want, std::size_t min) {
     return true;
   }
   return false;
+}
+
+bool Arena::open_to(std::uint32_t g) {
+  constexpr std::uint32_t kOpenStep = 4096;  // 256 MiB of range; 80 KiB of tables
+  const std::uint32_t have = open_.load(std::memory_order_relaxed);
+  if (g <= have) return true;
+  // g <= granules_ <= kLenMask: no overflow.
+  const std::uint32_t want = std::min(granules_, (g + kOpenStep - 1) / kOpenStep * kOpenStep);
+  // [have, want) of each table, out to whole pages (a page already open
+  // stays as it is).
+  auto open = [&](const void* table, std::size_t elem) {
+    const auto t = reinterpret_cast<std::uintptr_t>(table);
+    const std::uintptr_t from = (t + have * elem) & ~(pal::kPageSize - 1);
+    const std::uintptr_t to = (t + want * elem + pal::kPageSize - 1) & ~(pal::kPageSize - 1);
+    return pal::open_table(reinterpret_cast<void*>(from), to - from);
+  };
+  if (!open(live_, sizeof live_[0]) || !open(tag_, sizeof tag_[0]) || !open(next_, sizeof next_[0]) ||
+      !open(prev_, sizeof prev_[0]))
+    return false;
+  open_.store(want, std::memory_order_release);
+  return true;
 }
 
 void Arena::insert_free(std::uint32_t s, std::uint32_t n) {
@@ -77,6 +103,11 @@ std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t
       std::uint64_t align = std::uint64_t{align_g} << kGranuleShift;
       std::uint64_t a = ((((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift) - skew_g;
       if (a + n > std::uint64_t{s} + len) continue;
+      // Entries written below: up to the first granule of what is left.
+      if (!open_to(static_cast<std::uint32_t>(std::min<std::uint64_t>(a + n + 1, granules_)))) {
+        unlock();
+        return kNone;
+      }
       remove_free(s);
       auto at = static_cast<std::uint32_t>(a);
       if (at > s && gap != nullptr) {
@@ -210,7 +241,7 @@ bool Arena::grow(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
   bool ok = false;
   if (nx < granules_ && (tag_[nx] & kFree)) {
     std::uint32_t len = tag_[nx] & kLenMask;
-    if (len >= m - n) {
+    if (len >= m - n && open_to(std::min(s + m + 1, granules_))) {
       remove_free(nx);
       std::uint32_t rest = len - (m - n);
       if (rest != 0) insert_free(s + m, rest);
@@ -250,7 +281,9 @@ void Arena::publish(const void* user, std::uint32_t start, std::uint32_t tag) {
 
 std::uint32_t Arena::lookup(const void* user) const {
   if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
-  std::uint64_t v = live_[granule_of(user)].load(std::memory_order_acquire);
+  const std::uint32_t g = granule_of(user);
+  if (g >= open_.load(std::memory_order_acquire)) return kNone;  // never carved: no block
+  std::uint64_t v = live_[g].load(std::memory_order_acquire);
   std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
   if ((v >> 63) == 0 || ((v >> 32) & kOffMask) != want_off) return kNone;
   return static_cast<std::uint32_t>(v);
@@ -276,7 +309,9 @@ std::uint32_t Arena::free_granules() {
 const char* Arena::check_locked() const {
   std::uint32_t free_extents = 0;
   bool prev_free = false;
+  const std::uint32_t open = open_.load(std::memory_order_relaxed);
   for (std::uint32_t s = 0; s < granules_;) {
+    if (s >= open) return "arena: an extent starts past the tables' open part (past the free tail's start)";
     std::uint32_t t = tag_[s];
     std::uint32_t n = t & kLenMask;
     std::uint32_t state = t & ~kLenMask;
@@ -294,7 +329,7 @@ const char* Arena::check_locked() const {
   for (int b = 0; b < kBins; ++b) {
     std::uint32_t prev = kNone;
     for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
-      if (s >= granules_ || ++listed > free_extents) return "arena: a free list holds more than the free extents";
+      if (s >= open || ++listed > free_extents) return "arena: a free list holds more than the free extents";
       if ((tag_[s] & kFree) == 0) return "arena: a free list holds an extent that is not free";
       if (bin_of(tag_[s] & kLenMask) != b) return "arena: a free extent is in the wrong size bin";
       if (prev_[s] != prev) return "arena: a free list's back link is wrong";
@@ -307,7 +342,9 @@ const char* Arena::check_locked() const {
 
 std::uint32_t Arena::claim(const void* user) {
   if ((reinterpret_cast<std::uintptr_t>(user) & 15) != 0) return kNone;
-  auto& slot = live_[granule_of(user)];
+  const std::uint32_t g = granule_of(user);
+  if (g >= open_.load(std::memory_order_acquire)) return kNone;
+  auto& slot = live_[g];
   std::uint64_t v = slot.load(std::memory_order_acquire);
   std::uint64_t want_off = (reinterpret_cast<std::uintptr_t>(user) & (kGranule - 1)) >> 4;
   if ((v >> 63) == 0 || ((v >> 32) & kOffMask) != want_off) return kNone;

@@ -76,7 +76,8 @@ class Arena {
   // Is [start, start+n) exactly one used extent (tags at both ends)? Takes
   // no lock: the caller owns the extent.
   bool is_used_extent(std::uint32_t start, std::uint32_t n) const {
-    return n != 0 && start < granules_ && n <= granules_ - start && tag_[start] == (n | kUsed) &&
+    const std::uint32_t open = open_.load(std::memory_order_acquire);
+    return n != 0 && start < open && n <= open - start && tag_[start] == (n | kUsed) &&
            tag_[start + n - 1] == (n | kUsed);
   }
 
@@ -106,7 +107,10 @@ class Arena {
   template <typename F>
   bool for_each_live(F f, bool try_only) {
     bool locked = try_only ? pthread_mutex_trylock(&mu_) == 0 : pthread_mutex_lock(&mu_) == 0;
-    for (std::uint32_t s = 0; s < granules_;) {
+    const std::uint32_t open = open_.load(std::memory_order_acquire);
+    // Every extent starts in the tables' open part (the tail's head is the
+    // last one); a tag read mid-update without the lock may point past it.
+    for (std::uint32_t s = 0; s < granules_ && s < open;) {
       std::uint32_t t = tag_[s];
       std::uint32_t n = t & kLenMask;
       if (n == 0 || n > granules_ - s) break;
@@ -158,6 +162,8 @@ class Arena {
     tag_[s] = n | state;
     tag_[s + n - 1] = n | state;
   }
+  // Make the table entries of granules [0, g) read-write (under the lock).
+  bool open_to(std::uint32_t g);
   void insert_free(std::uint32_t s, std::uint32_t n);
   void remove_free(std::uint32_t s);
   void release_locked(std::uint32_t start, std::uint32_t n);
@@ -170,6 +176,16 @@ class Arena {
   std::uint32_t* next_ = nullptr;
   std::uint32_t* prev_ = nullptr;
   std::uint32_t head_[kBins] = {};
+  // The tables are reserved PROT_NONE and opened from the front as the
+  // range is carved (kOpenStep granules at a time), with the last page of
+  // tag_ (the tail's end tag) open from the start: granules [0, open_) can be
+  // read and written. Every extent but the range's free tail lies below the
+  // tail's first granule, and that granule is below open_ (alloc and grow
+  // open past what they carve), so only lookups of arbitrary pointers need
+  // to check. Whole, the tables are 20 bytes per granule: 320 MiB for the
+  // default 1 TiB range, which mlockall(MCL_CURRENT) used to populate and
+  // lock, and vm.overcommit_memory=2 to charge (docs/reliability.md no. 19).
+  std::atomic<std::uint32_t> open_{0};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::atomic<int> giving_back_{0};  // give_backs under way
 };

@@ -188,6 +188,13 @@ void* map_lazy(std::size_t len) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+bool open_table(void* p, std::size_t len) {
+  const int saved = errno;
+  const bool ok = ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
+  errno = saved;
+  return ok;
+}
+
 void advise_hugepage(void* p, std::size_t len) { ::madvise(p, len, MADV_HUGEPAGE); }
 
 std::size_t resident_bytes(const void* p, std::size_t len) {

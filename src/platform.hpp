@@ -69,6 +69,13 @@ std::size_t resident_bytes(const void* p, std::size_t len);
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.
 void* map_lazy(std::size_t len);
+// Make part of a reserve()d table read-write, keeping what it holds (an
+// mprotect: pages already open are left as they are). For tables too large
+// to be read-write whole: mlockall(MCL_CURRENT) populates and locks every
+// read-write page, and vm.overcommit_memory=2 charges them (Arena's tables).
+// false with errno kept when the kernel refuses (the map count, the
+// overcommit limit).
+bool open_table(void* p, std::size_t len);
 
 // A counter shared by a process tree (report.cpp: the processes started
 // from the reporting one that wrote no report). One page of a memfd, mapped

@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,6 +50,20 @@ template <class T>
 inline T opaque(T v) {
   asm volatile("" : "+r"(v) : : "memory");
   return v;
+}
+
+// A "Key:" line of /proc/self/status in KiB (VmRSS:, VmLck:, ...), read
+// with open/read: no stdio buffer, no allocation between two readings.
+inline std::size_t status_kib(const char* key) {
+  char buf[8192] = "";
+  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  CHECK(fd >= 0, "open /proc/self/status: %s", std::strerror(errno));
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  CHECK(n > 0);
+  const char* at = std::strstr(buf, key);
+  CHECK(at != nullptr, "no %s in /proc/self/status", key);
+  return std::strtoull(at + std::strlen(key), nullptr, 10);
 }
 
 inline bool aligned_to(const void* p, std::size_t align) {

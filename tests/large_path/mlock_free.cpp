@@ -17,27 +17,12 @@
 // skipped (exit 77) with the reason printed.
 #include "lowtide_test.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 
 using lt::MiB;
 using lt::opaque;
 
-namespace {
-
-std::size_t status_kib(const char* key) {
-  char buf[8192] = "";
-  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  CHECK(fd >= 0);
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  CHECK(n > 0);
-  const char* at = std::strstr(buf, key);
-  CHECK(at != nullptr, "no %s in /proc/self/status", key);
-  return std::strtoull(at + std::strlen(key), nullptr, 10);
-}
-
-}  // namespace
+using lt::status_kib;
 
 std::size_t resident_kib(const void* p, std::size_t len) {
   const auto lo = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{4095};

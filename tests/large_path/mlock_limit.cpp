@@ -19,18 +19,6 @@ using lt::opaque;
 
 namespace {
 
-std::size_t locked_bytes() {
-  char buf[8192] = "";
-  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  CHECK(fd >= 0);
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  CHECK(n > 0);
-  const char* at = std::strstr(buf, "VmLck:");
-  CHECK(at != nullptr, "no VmLck in /proc/self/status");
-  return std::strtoull(at + 6, nullptr, 10) * 1024;
-}
-
 int child() {
   // 8 MiB, or less where the hard limit is lower (an unprivileged run):
   // either way below the blocks asked for.
@@ -48,7 +36,7 @@ int child() {
     errno = 0;
     void* p = malloc(opaque(n));
     const int err = errno;
-    const std::size_t locked = locked_bytes();
+    const std::size_t locked = lt::status_kib("VmLck:") * 1024;
     std::printf("  malloc(%zu MiB) under a %zu KiB lock limit: %s (errno %d), %zu KiB locked\n", n / MiB,
                 static_cast<std::size_t>(limit / 1024), p ? "a block" : "NULL", err, locked / 1024);
     if (p == nullptr) {

@@ -323,3 +323,51 @@ TEST_CASE("protect_free concurrent with alloc and give_back: no overlap, the are
   CHECK(a.check() == nullptr);
   CHECK(a.free_granules() == total);
 }
+
+// The tables are opened from the front as the range is carved (reliability.md
+// no. 19): a lookup of a pointer past the open part must answer "no block"
+// without reading it (it is PROT_NONE: reading faults), and carving across
+// the steps in which the tables open keeps everything consistent. The
+// reserved-only part of the tables is found with mincore-free means: a
+// pointer far into the range is looked up (a fault here is the failure).
+TEST_CASE("arena tables open as the range is carved; lookups past the open part find nothing") {
+  static Arena a;
+  REQUIRE(a.init(std::size_t{16} << 30, std::size_t{16} << 30));  // 262,144 granules: 64 steps
+  const std::uint32_t total = static_cast<std::uint32_t>(a.size() >> Arena::kGranuleShift);
+  REQUIRE(total == 262144);
+  // Never carved: the last granule (its tag page is open, its live_ page is
+  // not) and one in the middle.
+  CHECK(a.lookup(a.addr(total - 1)) == Arena::kNone);
+  CHECK(a.lookup(a.addr(total / 2) + 4096) == Arena::kNone);
+  CHECK(a.claim(a.addr(total / 2)) == Arena::kNone);
+  CHECK_FALSE(a.is_used_extent(total / 2, 4));
+  // Carve past several steps of 4,096 granules, with blocks straddling them.
+  std::vector<std::uint32_t> got;
+  for (int i = 0; i < 40; ++i) {
+    const std::uint32_t s = a.alloc(1000, 1);
+    REQUIRE(s != Arena::kNone);
+    got.push_back(s);
+    char* user = a.addr(s) + 4096;
+    a.publish(user, s);
+    CHECK(a.lookup(user) == s);
+  }
+  CHECK(a.check() == nullptr);
+  CHECK(a.lookup(a.addr(total - 1)) == Arena::kNone);
+  // grow in place across a step boundary: the last block is followed by the tail.
+  const std::uint32_t last = got.back();
+  REQUIRE(a.grow(last, 1000, 9000));
+  CHECK(a.is_used_extent(last, 9000));
+  CHECK(a.check() == nullptr);
+  // The whole range, to its last granule, once everything else is free.
+  for (std::uint32_t s : got) a.release(s, s == last ? 9000 : 1000);
+  CHECK(a.check() == nullptr);
+  const std::uint32_t all = a.alloc(total, 1);
+  REQUIRE(all == 0);
+  char* end_user = a.addr(total - 1) + 16;
+  a.publish(end_user, total - 1);
+  CHECK(a.lookup(end_user) == total - 1);
+  CHECK(a.claim(end_user) == total - 1);
+  a.release(all, total);
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
+}
