@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include "route.hpp"
 #include "small_path.hpp"
 #include "state.hpp"
 
@@ -30,6 +31,8 @@ bool detect() {
   if (global_malloc == nullptr) return false;
   int expected = kReady;
   if (!g.mode.compare_exchange_strong(expected, kProbing, std::memory_order_acq_rel)) return false;
+  // This thread's probe must reach malloc_slow, which notes the hit.
+  route::close_fast_paths();
   forward::probe_hit.store(false, std::memory_order_relaxed);
   t_local.in_init = 1;
   void* p = global_malloc(24);
@@ -44,6 +47,7 @@ bool detect() {
     bind(&winner.mallopt, "mallopt");
   }
   g.mode.store(ok ? kForwarding : kReady, std::memory_order_release);
+  if (!ok) route::open_fast_paths();
   if (p != nullptr) {
     if (ours) small::release(p);  // a small block: ours went straight to mimalloc
     else winner.free != nullptr ? winner.free(p) : (void)0;

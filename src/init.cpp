@@ -145,6 +145,7 @@ int mode_slow() {
         init_once();
         t_local.in_init = 0;
         g.mode.store(kReady, std::memory_order_release);
+        route::open_fast_paths();
         return kReady;
       }
       m = expected;

@@ -62,6 +62,16 @@ void uncount_small_fast(std::size_t n, stats::Counter call) {
   stats::uncount_small_alloc(t_local.stats, call, n, small::class_table[r / kMinAlign]);
 }
 
+void free_keep_errno(void* p, stats::Slot* st) {
+  // The thread's errno address was cached with its slot: no
+  // __errno_location call.
+  int* err = stats::errno_of_attached();
+  const int saved = *err;
+  stats::add_usable(st, stats::small_freed, [&] { return small::usable(p); });
+  small::release(p);
+  *err = saved;
+}
+
 void free_slow(void* p) {
   int* err = &errno;  // one __errno_location call, not two
   int saved = *err;

@@ -25,23 +25,28 @@ void free_slow(void* p);
 void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow);
 // small_fast's failure: take back what it counted (out of line).
 void uncount_small_fast(std::size_t n, stats::Counter call);
+// The rest of free's fast path where mimalloc may make a system call (the
+// block's page empties, or it is huge or aligned): free() leaves errno
+// alone (glibc >= 2.33, POSIX 2024), so it is saved around the call.
+// The free call is already counted.
+void free_keep_errno(void* p, stats::Slot* st);
 
 // The common case, inlined into the exported symbols: a small request of
-// a class in the lookup table, from a thread that already has its counter
-// slot, in a ready process. It is counted before mimalloc is called, from n
-// and the class table alone, so nothing but n has to live across the call
-// (fewer saved registers on the hottest path); on the rare failure the
-// counts are taken back and the slow path (which counts for itself, retries
-// and sets errno) takes over. NULL: take the slow path.
+// a class in the lookup table (n < route::settings.malloc_fast_below, which
+// the caller checked: the process is ready, n is below the cutoff and its
+// class is in the verified table), from a thread that already has its
+// counter slot. It is counted before mimalloc is called, from n and the
+// class table alone, so nothing but n has to live across the call (fewer
+// saved registers on the hottest path); on the rare failure the counts are
+// taken back and the slow path (which counts for itself, retries and sets
+// errno) takes over. NULL: take the slow path.
 inline void* small_fast(std::size_t n, stats::Counter call) {
   stats::Slot* st = t_local.stats;
   if constexpr (stats::kEnabled) {
     if (__builtin_expect(st == nullptr, 0)) return nullptr;
   }
   const std::size_t r = small_request(n);
-  if (__builtin_expect(r > small::kTableMax, 0)) return nullptr;
   const std::size_t u = small::class_table[r / kMinAlign];
-  if (__builtin_expect(u == 0, 0)) return nullptr;
   stats::count_small_alloc(st, call, n, u);
   void* p = small::allocate_request(r);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
@@ -52,7 +57,7 @@ static_assert(64 - __builtin_clzll(small::kTableMax) < stats::kHistBuckets,
               "count_small_alloc's bucket needs no clamp below the table's end");
 
 inline bool fast_ok(std::size_t n) {
-  return __builtin_expect(g.mode.load(std::memory_order_acquire) == kReady && n < route::settings.cutoff, 1);
+  return __builtin_expect(n < route::settings.malloc_fast_below.load(std::memory_order_acquire), 1);
 }
 
 inline void* malloc(std::size_t n) {
@@ -66,18 +71,19 @@ inline void* malloc(std::size_t n) {
 inline void free(void* p) {
   if (p == nullptr) return;
   stats::Slot* st = t_local.stats;
-  if (__builtin_expect(!large::space.arena.contains(p) && g.mode.load(std::memory_order_relaxed) != kForwarding &&
-                           (!stats::kEnabled || st != nullptr),
-                       1)) {
-    // free() leaves errno alone (glibc >= 2.33, POSIX 2024); mimalloc may
-    // make a syscall while giving pages back. The thread's errno address was
-    // cached with its slot: no __errno_location call per free.
-    int* err = stats::errno_of_attached();
-    int saved = *err;
+  // Not a large block, the gate open (route.hpp), the thread's slot made.
+  if (__builtin_expect(!route::settings.free_slow_for(p) && (!stats::kEnabled || st != nullptr), 1)) {
     stats::add(st, stats::free_calls, 1);
-    stats::add_usable(st, stats::small_freed, [&] { return small::usable(p); });
-    small::release(p);
-    *err = saved;
+    if constexpr (stats::kEnabled) {
+      if (const std::uint32_t u = small::quiet_free_size(p); __builtin_expect(u != 0, 1)) {
+        // Sure to make no system call (small_path.hpp): errno stays as it
+        // is without saving it, and mimalloc is reached by a tail call.
+        stats::add(st, stats::small_freed, u);
+        small::release(p);
+        return;
+      }
+    }
+    free_keep_errno(p, st);
     return;
   }
   free_slow(p);

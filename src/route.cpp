@@ -202,6 +202,25 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   return p;
 }
 
+void open_fast_paths() {
+  // The table covers requests up to kTableMax: n <= kTableMax rounds to at
+  // most kTableMax (a multiple of 16).
+  const std::size_t table_end = small::class_exact_max != 0 ? small::kTableMax + 1 : 0;
+  settings.malloc_fast_below.store(settings.cutoff < table_end ? settings.cutoff : table_end,
+                                   std::memory_order_release);
+  if (small::page_size_direct) {
+    // A disabled arena has size 0: no pointer is in it.
+    settings.free_slow_from.store(large::space.arena.base(), std::memory_order_relaxed);
+    settings.free_slow_len.store(large::space.arena.size(), std::memory_order_release);
+  }
+}
+
+void close_fast_paths() {
+  settings.malloc_fast_below.store(0, std::memory_order_seq_cst);
+  settings.free_slow_len.store(UINTPTR_MAX, std::memory_order_seq_cst);
+  settings.free_slow_from.store(0, std::memory_order_seq_cst);
+}
+
 void release(void* p, const char* what) {
   if (large::space.arena.contains(p)) {
     large::release(p, what);

@@ -4,7 +4,9 @@
 // (large_path.hpp, small_path.hpp). Everything here is on the slow path;
 // the small-block fast path is inlined in libc.hpp.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "header.hpp"
 #include "stats.hpp"
@@ -21,8 +23,34 @@ struct Settings {
   // this (cutoff / 2), so a block hovering at the cutoff is not copied back
   // and forth.
   std::size_t shrink_below = std::size_t{64} << 10;
+  // The inlined fast paths' gates (libc.hpp), one load each instead of a
+  // test per condition, set by open_fast_paths() once the process is ready
+  // and closed while lowtide probes for or forwards to another malloc.
+  // malloc (and operator new) take their fast path for n < malloc_fast_below:
+  // below the cutoff, and within the class table (small_path.hpp) when
+  // configure() verified it (0: never). free takes its fast path for a
+  // pointer outside [free_slow_from, free_slow_from + free_slow_len): open,
+  // the large range (whose blocks free_slow frees), so the one range test
+  // free makes anyway is the gate; closed, the whole address space. Open
+  // only where the freed block's size can be read from its mimalloc page
+  // (small::page_size_direct).
+  std::atomic<std::size_t> malloc_fast_below{0};
+  std::atomic<std::uintptr_t> free_slow_from{0};
+  std::atomic<std::uintptr_t> free_slow_len{UINTPTR_MAX};
+  // Is p in the range free's fast path leaves to free_slow?
+  bool free_slow_for(const void* p) const {
+    return reinterpret_cast<std::uintptr_t>(p) - free_slow_from.load(std::memory_order_relaxed) <
+           free_slow_len.load(std::memory_order_acquire);
+  }
 };
 extern Settings settings;
+
+// From init, once the process is ready (mode kReady), and after a probe
+// that found lowtide is the process's malloc.
+void open_fast_paths();
+// From the forwarding probe: every call takes the slow path, which knows
+// the mode.
+void close_fast_paths();
 
 // A block of n bytes (n <= kMaxRequest) whose pointer is aligned to `align`
 // (a power of two >= 16), counted as one `call`; zeroed when `zero`. NULL

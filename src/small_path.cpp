@@ -21,10 +21,41 @@ bool page_agrees(std::size_t r, std::size_t align, unsigned* read) {
   mi_free(p);
   return same;
 }
+
+// Does page_used count this thread's blocks in a page? Two blocks of a
+// class from one page: one more in use after the second malloc, one fewer
+// after its free. Several classes; each must agree where the two blocks
+// shared a page, and most must have.
+bool used_count_agrees() {
+  unsigned same_page = 0, tried = 0;
+  for (std::size_t r = 32; r <= 4096; r *= 2, ++tried) {
+    void* a = mi_malloc(r);
+    void* b = mi_malloc(r);
+    if (a == nullptr || b == nullptr) {
+      mi_free(a);
+      mi_free(b);
+      return false;
+    }
+    const unsigned char* page = page_of(a);
+    bool ok = true;
+    if (page_of(b) == page) {
+      ++same_page;
+      const std::uint32_t both = page_used(page);
+      mi_free(b);
+      ok = both >= 2 && page_used(page) == both - 1;
+    } else {
+      mi_free(b);
+    }
+    mi_free(a);
+    if (!ok) return false;
+  }
+  return same_page * 2 > tried;
+}
 }  // namespace
 
 bool page_sizes_match(std::size_t limit) {
   if (mi_version() != 209) return false;  // the layout is 2.0.9's
+  if (!used_count_agrees()) return false;
   unsigned plain = 0, read = 0;
   for (std::size_t r = kMinAlign; r <= limit; r += (r < 1024 ? kMinAlign : round_up(r / 8, kMinAlign)), ++plain)
     if (!page_agrees(r, 0, &read)) return false;

@@ -41,23 +41,51 @@ namespace page_layout {
 inline constexpr std::uintptr_t kSegmentMask = ~((std::uintptr_t{1} << 25) - 1);
 inline constexpr unsigned kSliceShift = 16;
 inline constexpr std::size_t kSlicesAt = 0x108, kSliceSize = 80;
-inline constexpr std::size_t kSliceOffsetAt = 0x4, kFlagsAt = 0xe, kBlockSizeAt = 0x1c;
+inline constexpr std::size_t kSliceOffsetAt = 0x4, kFlagsAt = 0xe, kUsedAt = 0x18, kBlockSizeAt = 0x1c;
 inline constexpr unsigned char kHasAligned = 0x2;
 inline constexpr std::uint32_t kBlockSizeMax = 0x7fffffff;
 }  // namespace page_layout
 extern bool page_size_direct;  // set by configure()
 
-// What the page says, or 0 when it must be asked (aligned blocks, huge).
-inline std::size_t usable_from_page(const void* p) {
+inline const unsigned char* page_of(const void* p) {
   using namespace page_layout;
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   const auto seg = (a - 1) & kSegmentMask;
   const auto* slice = reinterpret_cast<const unsigned char*>(seg + kSlicesAt + ((a - seg) >> kSliceShift) * kSliceSize);
-  std::uint32_t back, size;
+  std::uint32_t back;
   __builtin_memcpy(&back, slice + kSliceOffsetAt, sizeof back);
-  const unsigned char* page = slice - back;
+  return slice - back;
+}
+// Blocks in use in the page (its owner changes it; read relaxed).
+inline std::uint32_t page_used(const unsigned char* page) {
+  return __atomic_load_n(reinterpret_cast<const std::uint32_t*>(page + page_layout::kUsedAt), __ATOMIC_RELAXED);
+}
+
+// What the page says, or 0 when it must be asked (aligned blocks, huge).
+inline std::size_t usable_from_page(const void* p) {
+  using namespace page_layout;
+  const unsigned char* page = page_of(p);
+  std::uint32_t size;
   __builtin_memcpy(&size, page + kBlockSizeAt, sizeof size);
   if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax, 0)) return 0;
+  return size;
+}
+
+// free's fast path (open only where page_size_direct holds: route.hpp):
+// the block's usable size from its page when mi_free is sure to make no
+// system call, so errno needs no saving around it; else 0. In mimalloc
+// 2.0.9 a free makes system calls only where a page empties
+// (_mi_page_retire may free its span or segment: madvise, munmap) and for
+// its huge blocks; a free by another thread only pushes the block on a
+// list. So a block whose page has at least one other block in use frees
+// quietly. Pages with aligned blocks and huge blocks give 0 as well.
+inline std::uint32_t quiet_free_size(const void* p) {
+  using namespace page_layout;
+  const unsigned char* page = page_of(p);
+  std::uint32_t size;
+  __builtin_memcpy(&size, page + kBlockSizeAt, sizeof size);
+  if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax || page_used(page) < 2, 0))
+    return 0;
   return size;
 }
 
@@ -135,7 +163,9 @@ void configure();
 void ignore_environment();
 
 // True if usable_from_page agrees with mi_usable_size on a block of every
-// size class up to `limit` and on aligned blocks (configure's check).
+// size class up to `limit` and on aligned blocks, and page_used follows
+// this thread's mallocs and frees in a page (configure's check: free_info
+// relies on both).
 bool page_sizes_match(std::size_t limit);
 
 // True if mi_good_size matches the usable size of real blocks at sizes

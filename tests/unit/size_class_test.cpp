@@ -120,3 +120,58 @@ TEST_CASE("a block in a page holding aligned blocks is asked of mimalloc") {
   if (p != nullptr) CHECK(small::usable(p) == mi_usable_size(p));
   for (void* q : held) mi_free(q);
 }
+
+// free's fast path skips saving errno where mi_free is sure to make no
+// system call: the block's page has another block in use
+// (small::quiet_free_size; libc.hpp). A block alone in its page (its free
+// empties the page, which may madvise or munmap), an aligned page and a
+// huge block must say 0, so that errno is saved around those.
+TEST_CASE("quiet_free_size: the page's size while another block is in use there, else 0") {
+  small::configure();
+  REQUIRE(small::page_size_direct);
+  // A class with few blocks per page, taken from this thread's fresh pages.
+  // Allocate until two blocks share a page that holds nothing else.
+  constexpr std::size_t kSize = 7000;
+  std::vector<void*> held;
+  void* a = nullptr;
+  void* b = nullptr;
+  for (int i = 0; i < 200 && b == nullptr; ++i) {
+    void* p = mi_malloc(kSize);
+    REQUIRE(p != nullptr);
+    if (a != nullptr && small::page_of(p) == small::page_of(a) && small::page_used(small::page_of(a)) == 2) {
+      b = p;
+    } else {
+      if (a != nullptr) held.push_back(a);
+      a = p;
+    }
+  }
+  REQUIRE(b != nullptr);
+  // Pages are handed out whole here: a lone a has used == 1 only once the
+  // blocks allocated before it in its page are freed; so check both ways.
+  CHECK(small::quiet_free_size(a) == mi_usable_size(a));
+  CHECK(small::quiet_free_size(b) == mi_usable_size(b));
+  mi_free(b);
+  CHECK(small::page_used(small::page_of(a)) == 1);
+  CHECK(small::quiet_free_size(a) == 0);  // its free empties the page
+  mi_free(a);
+  for (void* p : held) mi_free(p);
+  // Huge: asked, errno saved.
+  void* huge = mi_malloc(std::size_t{40} << 20);
+  REQUIRE(huge != nullptr);
+  CHECK(small::quiet_free_size(huge) == 0);
+  mi_free(huge);
+  // Aligned blocks carved from inside larger ones mark their page.
+  std::vector<void*> aligned;
+  bool saw_marked = false;
+  for (int i = 0; i < 64 && !saw_marked; ++i) {
+    void* q = mi_malloc_aligned_at(48, 4096, 0);
+    REQUIRE(q != nullptr);
+    aligned.push_back(q);
+    if (small::usable_from_page(q) == 0) {
+      saw_marked = true;
+      CHECK(small::quiet_free_size(q) == 0);
+    }
+  }
+  CHECK(saw_marked);
+  for (void* q : aligned) mi_free(q);
+}
