@@ -316,6 +316,8 @@ const char* Arena::check_locked() const {
     std::uint32_t n = t & kLenMask;
     std::uint32_t state = t & ~kLenMask;
     if (n == 0 || n > granules_ - s) return "arena: an extent's length runs past the range (extents do not tile it)";
+    // Only the free tail ends past the open part (its end tag's page is open).
+    if (s + n != granules_ && s + n > open) return "arena: an extent runs past the tables' open part";
     if (state != kFree && state != kUsed) return "arena: an extent is neither free nor used";
     if (tag_[s + n - 1] != t) return "arena: an extent's tags at its two ends differ";
     if (state == kFree) {

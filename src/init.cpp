@@ -144,8 +144,11 @@ int mode_slow() {
         t_local.in_init = 1;
         init_once();
         t_local.in_init = 0;
-        g.mode.store(kReady, std::memory_order_release);
+        // Before kReady: forward::detect, which closes them again while
+        // it probes, can only start once the mode says ready, so a late
+        // open can never undo its close.
         route::open_fast_paths();
+        g.mode.store(kReady, std::memory_order_release);
         return kReady;
       }
       m = expected;

@@ -217,8 +217,7 @@ void open_fast_paths() {
 
 void close_fast_paths() {
   settings.malloc_fast_below.store(0, std::memory_order_seq_cst);
-  settings.free_slow_len.store(UINTPTR_MAX, std::memory_order_seq_cst);
-  settings.free_slow_from.store(0, std::memory_order_seq_cst);
+  settings.free_slow_len.store(UINTPTR_MAX, std::memory_order_seq_cst);  // the start stays (route.hpp)
 }
 
 void release(void* p, const char* what) {

@@ -37,10 +37,15 @@ struct Settings {
   std::atomic<std::size_t> malloc_fast_below{0};
   std::atomic<std::uintptr_t> free_slow_from{0};
   std::atomic<std::uintptr_t> free_slow_len{UINTPTR_MAX};
-  // Is p in the range free's fast path leaves to free_slow?
+  // Is p in the range free's fast path leaves to free_slow? The length
+  // first: closed, it covers everything whatever the start; open, its
+  // acquire sees the start open_fast_paths stored before it. The start
+  // never changes once set (closing widens the length only), so no mix of
+  // old and new values lets a large block through (review of issue 15).
   bool free_slow_for(const void* p) const {
-    return reinterpret_cast<std::uintptr_t>(p) - free_slow_from.load(std::memory_order_relaxed) <
-           free_slow_len.load(std::memory_order_acquire);
+    const std::uintptr_t len = free_slow_len.load(std::memory_order_acquire);
+    const std::uintptr_t from = free_slow_from.load(std::memory_order_relaxed);
+    return reinterpret_cast<std::uintptr_t>(p) - from < len;
   }
 };
 extern Settings settings;
