@@ -74,14 +74,13 @@ inline void free(void* p) {
   // Not a large block, the gate open (route.hpp), the thread's slot made.
   if (__builtin_expect(!route::settings.free_slow_for(p) && (!stats::kEnabled || st != nullptr), 1)) {
     stats::add(st, stats::free_calls, 1);
-    if constexpr (stats::kEnabled) {
-      if (const std::uint32_t u = small::quiet_free_size(p); __builtin_expect(u != 0, 1)) {
-        // Sure to make no system call (small_path.hpp): errno stays as it
-        // is without saving it, and mimalloc is reached by a tail call.
-        stats::add(st, stats::small_freed, u);
-        small::release(p);
-        return;
-      }
+    // (Read with counting compiled out too: the errno decision needs it.)
+    if (const std::uint32_t u = small::quiet_free_size(p); __builtin_expect(u != 0, 1)) {
+      // Sure to make no system call (small_path.hpp): errno stays as it
+      // is without saving it, and mimalloc is reached by a tail call.
+      stats::add(st, stats::small_freed, u);
+      small::release(p);
+      return;
     }
     free_keep_errno(p, st);
     return;
