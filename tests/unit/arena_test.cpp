@@ -326,10 +326,10 @@ TEST_CASE("protect_free concurrent with alloc and give_back: no overlap, the are
 
 // The tables are opened from the front as the range is carved (reliability.md
 // no. 19): a lookup of a pointer past the open part must answer "no block"
-// without reading it (it is PROT_NONE: reading faults), and carving across
-// the steps in which the tables open keeps everything consistent. The
-// reserved-only part of the tables is found with mincore-free means: a
-// pointer far into the range is looked up (a fault here is the failure).
+// without reading it (that part is PROT_NONE: a read faults, which fails
+// the test), and carving, growing in place and taking the whole range
+// across the steps in which the tables open must keep them consistent (a
+// write past the open part faults too).
 TEST_CASE("arena tables open as the range is carved; lookups past the open part find nothing") {
   static Arena a;
   REQUIRE(a.init(std::size_t{16} << 30, std::size_t{16} << 30));  // 262,144 granules: 64 steps
