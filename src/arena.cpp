@@ -193,15 +193,6 @@ void Arena::wait_give_backs() const {
   while (giving_back_.load(std::memory_order_seq_cst) != 0) sched_yield();
 }
 
-bool Arena::settle_give_backs() const {
-  if (giving_back_.load(std::memory_order_seq_cst) == 0) return false;
-  // Bounded (100 ms): frees from other threads may keep starting new ones.
-  // Each lasts two system calls, which drop the run's pages: ~1 ms a GiB.
-  const std::uint64_t until = pal::now_ns() + 100'000'000;
-  while (giving_back_.load(std::memory_order_seq_cst) != 0 && pal::now_ns() < until) sched_yield();
-  return true;
-}
-
 void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   constexpr int kBatch = 64;
   std::uint32_t taken[kBatch][2];

@@ -134,12 +134,6 @@ class Arena {
   // before protect_free looks for free extents). Spins with sched_yield;
   // give_back holds no lock while it maps.
   void wait_give_backs() const;
-  // For an alloc that found no room: give_backs under way hold their runs
-  // out of the free lists while they re-map them, so the range can look
-  // full for a moment (a decay pass, another thread's free). Waits, at
-  // most 100 ms, for none to be under way; true if any was (then alloc is
-  // worth a second try).
-  bool settle_give_backs() const;
 
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }

@@ -2,11 +2,7 @@
 // page operations, each made to fail on demand.
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <atomic>
-#include <chrono>
 #include <cstring>
-#include <thread>
-#include <vector>
 
 #include "arena.hpp"
 #include "test_arena.hpp"
@@ -361,53 +357,4 @@ TEST_CASE("large path: a failed top-up leaves the cached block's age") {
   CHECK(r.cache.cached_bytes() == 0);
   fake_now = 0;
   r.path.release(blocker, "test");
-}
-
-// A free gives its run back outside the arena's lock, holding it out of the
-// free lists while it re-maps it (Arena::give_back): for that moment the
-// range can look full. An allocation that finds no room then must wait for
-// give-backs under way and try again (Arena::settle_give_backs), not fail
-// (ENOMEM, or mimalloc's fallback: stress/oom's flake). Here the re-map is
-// made slow (20 ms) on purpose, and the range is full but for the block
-// being given back.
-namespace {
-std::atomic<int> g_slow_drops{0};
-bool slow_drop(void* p, std::size_t len) {
-  g_slow_drops.fetch_add(1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return pal::drop_writable(p, len);
-}
-constexpr pal::PageOps kSlowDropOps{&fake_commit, &pal::decommit, &fake_move,   &pal::advise_hugepage,
-                                    &fake_overcommit, &pal::resident_bytes, &slow_drop};
-}  // namespace
-
-TEST_CASE("large path: an allocation waits for a give-back under way instead of failing") {
-  Rig r;  // cache cap 0: a free gives its block back at once
-  LargePath path{r.a, r.cache, kSlowDropOps};
-  constexpr std::size_t kBlock = 4 << 20;
-  std::vector<void*> held;
-  for (;;) {
-    void* p = nullptr;
-    if (path.allocate(kBlock, 16, Origin::malloc, 0, &p) != Result::ok) break;
-    held.push_back(p);
-  }
-  REQUIRE(held.size() >= 4);
-  // Full now: two more blocks' worth would not fit.
-  g_slow_drops.store(0);
-  // One between two live blocks: its release re-maps read-write (the tail's
-  // neighbour would go PROT_NONE without the slow call).
-  void* victim = held[1];
-  held.erase(held.begin() + 1);
-  std::thread freer([&] { path.release(victim, "test"); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (g_slow_drops.load() == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::yield();  // the re-map has started
-  const bool started = g_slow_drops.load() == 1;
-  void* q = nullptr;
-  const Result got = path.allocate(kBlock, 16, Origin::malloc, 0, &q);
-  freer.join();
-  REQUIRE(started);
-  CHECK(got == Result::ok);
-  if (got == Result::ok) held.push_back(q);
-  for (void* p : held) path.release(p, "test");
 }
