@@ -62,13 +62,12 @@ void uncount_small_fast(std::size_t n, stats::Counter call) {
   stats::uncount_small_alloc(t_local.stats, call, n, small::class_table[r / kMinAlign]);
 }
 
-void free_keep_errno(void* p, stats::Slot* st) {
+void free_keep_errno(void* p) {
   // The thread's errno address was cached with its slot: no
   // __errno_location call.
   int* err = stats::errno_of_attached();
   const int saved = *err;
-  stats::add_usable(st, stats::small_freed, [&] { return small::usable(p); });
-  small::release(p);
+  route::release(p, "free()");
   *err = saved;
 }
 

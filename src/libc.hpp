@@ -28,8 +28,8 @@ void uncount_small_fast(std::size_t n, stats::Counter call);
 // The rest of free's fast path where mimalloc may make a system call (the
 // block's page empties, or it is huge or aligned): free() leaves errno
 // alone (glibc >= 2.33, POSIX 2024), so it is saved around the call.
-// The free call is already counted.
-void free_keep_errno(void* p, stats::Slot* st);
+// The free call is already counted (route::release counts the bytes).
+void free_keep_errno(void* p);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
@@ -82,7 +82,7 @@ inline void free(void* p) {
       small::release(p);
       return;
     }
-    free_keep_errno(p, st);
+    free_keep_errno(p);
     return;
   }
   free_slow(p);

@@ -61,15 +61,18 @@ inline std::uint32_t page_used(const unsigned char* page) {
   return __atomic_load_n(reinterpret_cast<const std::uint32_t*>(page + page_layout::kUsedAt), __ATOMIC_RELAXED);
 }
 
-// What the page says, or 0 when it must be asked (aligned blocks, huge).
-inline std::size_t usable_from_page(const void* p) {
+// The block size the page records, or 0 when it must be asked (a page that
+// holds aligned blocks, or a huge block whose size the field cannot hold).
+inline std::uint32_t page_block_size(const unsigned char* page) {
   using namespace page_layout;
-  const unsigned char* page = page_of(p);
   std::uint32_t size;
   __builtin_memcpy(&size, page + kBlockSizeAt, sizeof size);
   if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax, 0)) return 0;
   return size;
 }
+
+// What the page says, or 0 when it must be asked (aligned blocks, huge).
+inline std::size_t usable_from_page(const void* p) { return page_block_size(page_of(p)); }
 
 // free's fast path (open only where page_size_direct holds: route.hpp):
 // the block's usable size from its page when mi_free is sure to make no
@@ -80,13 +83,9 @@ inline std::size_t usable_from_page(const void* p) {
 // list. So a block whose page has at least one other block in use frees
 // quietly. Pages with aligned blocks and huge blocks give 0 as well.
 inline std::uint32_t quiet_free_size(const void* p) {
-  using namespace page_layout;
   const unsigned char* page = page_of(p);
-  std::uint32_t size;
-  __builtin_memcpy(&size, page + kBlockSizeAt, sizeof size);
-  if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax || page_used(page) < 2, 0))
-    return 0;
-  return size;
+  const std::uint32_t size = page_block_size(page);
+  return __builtin_expect(size != 0 && page_used(page) >= 2, 1) ? size : 0;
 }
 
 inline std::size_t usable(const void* p) {
