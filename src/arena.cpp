@@ -1,7 +1,5 @@
 #include "arena.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 
 #include "platform.hpp"
@@ -190,7 +188,7 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
 }
 
 void Arena::wait_give_backs() const {
-  while (giving_back_.load(std::memory_order_seq_cst) != 0) sched_yield();
+  while (giving_back_.load(std::memory_order_seq_cst) != 0) pal::yield();
 }
 
 void Arena::protect_free(void (*decommit)(void*, std::size_t)) {

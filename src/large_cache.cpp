@@ -89,10 +89,35 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
   for (int i = 0; i < n; ++i) {
     const Extent e{out[i].start, out[i].n};
     arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
+    in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
   return total;
+}
+
+// Entries taken out for give_back: counted as under way before the lock is
+// let go, so that at every moment a cached extent is either in the cache or
+// counted in in_flight_ (settle relies on it).
+void ReuseCache::unlock_giving(const Entry* out, int n) {
+  std::size_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes += Extent::bytes_of(out[i].n);
+  if (bytes != 0) in_flight_.fetch_add(bytes, std::memory_order_relaxed);
+  unlock();
+}
+
+bool ReuseCache::settle(std::uint32_t need) {
+  const std::size_t flying = in_flight_.load(std::memory_order_acquire);
+  if (flying == 0) return false;
+  // Only if the request could fit once they are back: where it cannot, a
+  // range full of live blocks would make every such miss wait.
+  if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.free_granules())) return false;
+  // Bounded: other threads' frees may keep starting new give-backs. One
+  // lasts two system calls that drop the run's pages (~1 ms a GiB), but on
+  // a busy machine the thread making them may be descheduled for a while.
+  const std::uint64_t until = pal::now_ns() + settle_ns_;
+  while (in_flight_.load(std::memory_order_acquire) != 0 && pal::now_ns() < until) pal::yield();
+  return true;
 }
 
 // Hand out the first `want` granules of entry i (all of it if it has no
@@ -198,7 +223,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
   if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
     nev += trim_oldest(bytes_held_ - most, evicted + nev, why + nev, most < cap_ ? Reason::limit : Reason::room);
   recompute_oldest();
-  unlock();
+  unlock_giving(evicted, nev);
   give_back(evicted, why, nev);
   if (was_empty && deps_.kept != nullptr) deps_.kept();
   return true;
@@ -328,7 +353,7 @@ std::size_t ReuseCache::purge(bool all) {
   if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
     n += trim_oldest(bytes_held_ - most, out + n, why + n, most < cap_ ? Reason::limit : Reason::room);
   recompute_oldest();
-  unlock();
+  unlock_giving(out, n);
   return give_back(out, why, n);
 }
 
@@ -363,7 +388,7 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   lock();
   account_time(deps_.now_ns());
   int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out, why, Reason::room) : 0;
-  unlock();
+  unlock_giving(out, n);
   give_back(out, why, n);
 }
 
@@ -373,7 +398,7 @@ std::size_t ReuseCache::trim(std::size_t bytes, Reason why) {
   lock();
   account_time(deps_.now_ns());
   int n = trim_oldest(bytes, out, whys, why);
-  unlock();
+  unlock_giving(out, n);
   return give_back(out, whys, n);
 }
 

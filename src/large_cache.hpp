@@ -143,6 +143,18 @@ class ReuseCache {
   // leaves room for (Deps::room). Returns the bytes given back.
   std::size_t purge(bool all);
 
+  // For an allocation that found the range full even after purge(true):
+  // entries other threads have taken out to give back (a decay pass takes
+  // them all, then re-maps them one by one) are out of the cache and not
+  // yet free in the range, so for a moment the range looks full. If some
+  // are under way and `need` granules could fit once they are back, waits
+  // (at most kSettleNs) for them, and returns true: worth a second try.
+  // Another thread's own free racing the allocation is not waited for (as
+  // with any allocator, the race is the program's).
+  bool settle(std::uint32_t need);
+  static constexpr std::uint64_t kSettleNs = 20'000'000;
+  void set_settle_bound(std::uint64_t ns) { settle_ns_ = ns; }  // for tests
+
   // A request the cache could not serve is about to fault `bytes` fresh:
   // return, oldest first, what the cache holds beyond kMissSlack after that
   // fault, so the cache adds at most the slack to the peak. request: the
@@ -183,7 +195,12 @@ class ReuseCache {
 
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
-  void reset_after_fork() { pthread_mutex_init(&mu_, nullptr); }
+  void reset_after_fork() {
+    pthread_mutex_init(&mu_, nullptr);
+    // The forking thread's only (another thread's give-back does not go on
+    // in the child; its run stays used there).
+    in_flight_.store(0, std::memory_order_relaxed);
+  }
 
  private:
   struct Entry {
@@ -199,6 +216,7 @@ class ReuseCache {
   void recompute_oldest();
   void remove_at(int i);
   std::size_t give_back(const Entry* out, const Reason* why, int n);
+  void unlock_giving(const Entry* out, int n);
   void note_reuse(std::uint64_t now, std::uint64_t age);  // under mu_
   void account_time(std::uint64_t now);                   // under mu_, before bytes_held_ changes
   std::uint32_t cut(int i, std::uint32_t want);
@@ -212,6 +230,7 @@ class ReuseCache {
   std::size_t cap_ = 0;
   std::uint64_t decay_ns_ = 0;
   std::uint64_t min_age_ns_ = 0;
+  std::uint64_t settle_ns_ = kSettleNs;
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   Entry entries_[kSlots] = {};
   int count_ = 0;                  // under mu_
@@ -220,6 +239,7 @@ class ReuseCache {
   std::atomic<std::uint64_t> oldest_ns_{UINT64_MAX};
   std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
   std::atomic<bool> refusing_{false};
+  std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back, not yet given back
   // The oldest reuse age seen in this decay period and the one before
   // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
   std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
@@ -368,5 +369,7 @@ std::uint64_t now_ns() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }
+
+void yield() { sched_yield(); }
 
 }  // namespace lowtide::pal

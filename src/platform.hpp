@@ -124,6 +124,9 @@ enum class ThreadState { alive, gone, unknown };
 ThreadState thread_state(int pid, int tid);
 // CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
 std::uint64_t now_ns();
+// Let another thread run (sched_yield): for the short waits on work another
+// thread is finishing outside a lock (a give-back's re-map).
+void yield();
 
 // The page operations of the large path and its reuse cache, as one table:
 // production code uses kPageOps (the functions above), tests a fake that

@@ -1,8 +1,12 @@
 // The large path alone, over a test arena and a fake platform: the real
 // page operations, each made to fail on demand.
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "arena.hpp"
 #include "test_arena.hpp"
@@ -357,4 +361,61 @@ TEST_CASE("large path: a failed top-up leaves the cached block's age") {
   CHECK(r.cache.cached_bytes() == 0);
   fake_now = 0;
   r.path.release(blocker, "test");
+}
+
+// A decay pass takes the cache's entries out under its lock, then gives them
+// back one by one outside it; each is out of the free lists while its pages
+// are dropped. An allocation that finds the range full meanwhile must wait
+// for them (ReuseCache::settle) and try again, not fail (ENOMEM, or
+// mimalloc's fallback: stress/oom's one flake). Here the drop is made slow
+// (50 ms) on purpose, with the range full but for the one cached block.
+namespace {
+std::atomic<int> g_slow_started{0};
+void slow_decommit(void* p, std::size_t len) {
+  g_slow_started.fetch_add(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  pal::decommit(p, len);
+}
+constexpr lowtide::cache::Deps kSlowCacheDeps{&fake_clock, &slow_decommit, &lowtide::cache::account_returned};
+}  // namespace
+
+TEST_CASE("large path: an allocation waits for the cache's give-backs under way instead of failing") {
+  Arena& a = test_arena();
+  const std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
+  lowtide::cache::ReuseCache cache{a, kSlowCacheDeps};
+  cache.configure(std::size_t{64} << 20, 1000);
+  // Far above the 50 ms drop: a loaded machine cannot make the test fail.
+  cache.set_settle_bound(std::uint64_t{10} * 1000 * 1000 * 1000);
+  LargePath path{a, cache, kFakeOps};
+  faults = Faults{};
+  constexpr std::size_t kBlock = 4 << 20;
+  std::vector<void*> held;
+  for (;;) {
+    void* p = nullptr;
+    if (path.allocate(kBlock, 16, Origin::malloc, 0, &p) != Result::ok) break;
+    held.push_back(p);
+  }
+  REQUIRE(held.size() >= 4);
+  void* victim = held[1];
+  held.erase(held.begin() + 1);
+  path.release(victim, "test");  // cached: the range is full but for it
+  REQUIRE(cache.cached_bytes() != 0);
+  g_slow_started.store(0);
+  std::thread decay([&] { cache.purge(true); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (g_slow_started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const bool started = g_slow_started.load() == 1;
+  // Could not fit even once the block is back: no wait.
+  const bool waited_for_too_big = cache.settle(static_cast<std::uint32_t>(total));
+  void* q = nullptr;
+  const Result got = path.allocate(kBlock, 16, Origin::malloc, 0, &q);
+  decay.join();
+  REQUIRE(started);
+  CHECK_FALSE(waited_for_too_big);
+  CHECK(got == Result::ok);
+  if (got == Result::ok) held.push_back(q);
+  for (void* p : held) path.release(p, "test");
+  cache.purge(true);
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
 }
