@@ -58,8 +58,7 @@ void* malloc_slow(std::size_t n) {
 }
 
 void uncount_small_fast(std::size_t n, stats::Counter call) {
-  const std::size_t r = small_request(n);
-  stats::uncount_small_alloc(t_local.stats, call, n, small::class_table[r / kMinAlign]);
+  stats::uncount_small_alloc(t_local.stats, call, n, small::fast_class(n));
 }
 
 void free_keep_errno(void* p) {

@@ -45,10 +45,9 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
   if constexpr (stats::kEnabled) {
     if (__builtin_expect(st == nullptr, 0)) return nullptr;
   }
-  const std::size_t r = small_request(n);
-  const std::size_t u = small::class_table[r / kMinAlign];
+  const std::size_t u = small::fast_class(n);
   stats::count_small_alloc(st, call, n, u);
-  void* p = small::allocate_request(r);
+  void* p = small::allocate_class(u);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;
 }

@@ -205,7 +205,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
 void open_fast_paths() {
   // The table covers requests up to kTableMax: n <= kTableMax rounds to at
   // most kTableMax (a multiple of 16).
-  const std::size_t table_end = small::class_exact_max != 0 ? small::kTableMax + 1 : 0;
+  const std::size_t table_end = small::class_table_ready ? small::kTableMax + 1 : 0;
   settings.malloc_fast_below.store(settings.cutoff < table_end ? settings.cutoff : table_end,
                                    std::memory_order_release);
   if (small::page_size_direct) {

@@ -3,6 +3,7 @@
 namespace lowtide::small {
 
 std::size_t class_exact_max = 0;
+bool class_table_ready = false;
 std::uint16_t class_table[kTableMax / kMinAlign + 1];
 
 bool page_size_direct = false;
@@ -129,8 +130,18 @@ void configure() {
   mi_collect(true);
   if (class_exact_max == 0) return;
   static_assert(kTableMax <= kClassExactMax && kTableMax <= UINT16_MAX);
+  // Each entry must be a class of its own (fast_class asks mimalloc for the
+  // class size, not the request), and a multiple of 16 (its blocks, carved
+  // from 64 KiB-aligned pages, then keep glibc's 16-byte alignment).
+  // Otherwise the table stays unverified (0) and malloc's fast path closed.
+  for (std::size_t r = kMinAlign; r <= kTableMax; r += kMinAlign) {
+    const std::size_t c = mi_good_size(r);
+    if (c > UINT16_MAX || mi_good_size(c) != c || c % kMinAlign != 0) return;
+  }
   for (std::size_t r = kMinAlign; r <= kTableMax; r += kMinAlign)
     class_table[r / kMinAlign] = static_cast<std::uint16_t>(mi_good_size(r));
+  class_table[0] = class_table[1];
+  class_table_ready = true;
 }
 
 }  // namespace lowtide::small

@@ -11,7 +11,6 @@ namespace lowtide::small {
 
 inline void* allocate(std::size_t n) { return mi_malloc(small_request(n)); }
 // A request already rounded by small_request (the fast path's).
-inline void* allocate_request(std::size_t r) { return mi_malloc(r); }
 inline void* allocate_zeroed(std::size_t n) { return mi_zalloc(small_request(n)); }
 // mimalloc 2.0.9's mi_malloc_aligned misaligns e.g. (256, 256) (fixed in
 // 2.1.0); the _at variant with offset 0 takes a path that does not.
@@ -133,9 +132,19 @@ inline std::size_t committed_now() {
 inline constexpr std::size_t kClassExactMax = std::size_t{128} << 10;
 extern std::size_t class_exact_max;
 // The commonest classes, looked up without a call: class_table[r / 16] is
-// mi_good_size(r) for r <= kTableMax, filled by configure() (0 = unverified).
+// mi_good_size(r) for r <= kTableMax, filled by configure() (0 = unverified),
+// and entry 0 is entry 1 (malloc(0) gets the 16-byte class).
 inline constexpr std::size_t kTableMax = 8192;
 extern std::uint16_t class_table[kTableMax / kMinAlign + 1];
+extern bool class_table_ready;  // filled and checked (else malloc's fast path stays closed)
+
+// malloc's fast path: the class of a request of n <= kTableMax bytes, its
+// 16-byte round-up's (small_request), by one shift and one load. Every
+// entry is a class size c with mi_good_size(c) == c (configure checks), so
+// mimalloc can be asked for c itself (allocate_class): the same bin as n's
+// round-up, with no rounding left to do.
+inline std::size_t fast_class(std::size_t n) { return class_table[(n + kMinAlign - 1) / kMinAlign]; }
+inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
 
 // The usable size of p, just returned by allocate(n).
 inline std::size_t usable_of_new(const void* p, std::size_t n) {

@@ -1,7 +1,7 @@
-// Per-thread counters, always on. Each thread writes only its own slot, with
-// plain loads and relaxed stores (no lock, no atomic read-modify-write); a
-// reader may see a slot mid-update and gets a value at most one operation
-// old. Slots live in memory lowtide maps itself, so they outlive their
+// Per-thread counters, always on. Each thread writes only its own slot, each
+// update one unlocked add to memory (no lock, no atomic read-modify-write:
+// bump); a reader may see a slot mid-update and gets a value at most one
+// operation old. Slots live in memory lowtide maps itself, so they outlive their
 // threads and can be read at exit.
 #pragma once
 #include <atomic>
@@ -67,8 +67,24 @@ inline int* errno_of_attached() {
   return t_local.errno_ptr;
 }
 
+// c += v, where only this thread writes c and other threads read it with
+// relaxed atomic loads. On x86-64 one `add` to memory without `lock`: its
+// store is a single aligned 8-byte store, so readers see the old value or
+// the new one, as with a relaxed atomic store, but the compiler makes one
+// instruction of it instead of a load, an add and a store (it never fuses
+// atomic operations), and a signal handler on this thread cannot land
+// between the load and the store. volatile: bumps stay in program order
+// (read_slot's check relies on a call being counted before its bucket).
+inline void bump(std::uint64_t* c, std::uint64_t v) {
+#if defined(__x86_64__)
+  asm volatile("addq %1, %0" : "+m"(*c) : "er"(v));
+#else
+  __atomic_store_n(c, *c + v, __ATOMIC_RELAXED);
+#endif
+}
+
 inline void add(Slot* s, Counter k, std::uint64_t v) {
-  if constexpr (kEnabled) __atomic_store_n(&s->c[k], s->c[k] + v, __ATOMIC_RELAXED);
+  if constexpr (kEnabled) bump(&s->c[k], v);
 }
 
 // Byte counts that need a usable-size lookup: skipped entirely when
@@ -87,8 +103,7 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
   if constexpr (!kEnabled) return;
   add(s, call, 1);
   std::atomic_signal_fence(std::memory_order_release);  // the call first: see count_small_alloc
-  unsigned b = bucket_of(n);
-  __atomic_store_n(&s->hist[b], s->hist[b] + 1, __ATOMIC_RELAXED);
+  bump(&s->hist[bucket_of(n)], 1);
 }
 
 // count_request taken back (operator new's nothrow forms hand a failed
@@ -97,8 +112,7 @@ inline void count_request(Slot* s, Counter call, std::size_t n) {
 inline void uncount_request(Slot* s, Counter call, std::size_t n) {
   if constexpr (!kEnabled) return;
   add(s, call, ~std::uint64_t{0});
-  unsigned b = bucket_of(n);
-  __atomic_store_n(&s->hist[b], s->hist[b] - 1, __ATOMIC_RELAXED);
+  bump(&s->hist[bucket_of(n)], ~std::uint64_t{0});
 }
 
 // A small block of usable size u for a request of n bytes, counted as one
@@ -116,16 +130,14 @@ inline void count_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t 
   // bucket_of without the branch for 0: the bit length of n is the index of
   // the top bit of 2n+1 (0 for n = 0).
   // (63 ^ clz is 63 - clz for clz <= 63; compilers turn it into bsr.)
-  std::uint64_t* h = &s->hist[static_cast<std::size_t>(63 ^ __builtin_clzll(2 * n + 1))];
-  __atomic_store_n(h, *h + 1, __ATOMIC_RELAXED);
+  bump(&s->hist[static_cast<unsigned>(63 ^ __builtin_clzll(2 * n + 1))], 1);
   add(s, small_requested, n);
   add(s, small_out, u);
 }
 inline void uncount_small_alloc(Slot* s, Counter call, std::size_t n, std::size_t u) {
   if constexpr (!kEnabled) return;
   add(s, call, ~std::uint64_t{0});
-  unsigned b = bucket_of(n);
-  __atomic_store_n(&s->hist[b], s->hist[b] - 1, __ATOMIC_RELAXED);
+  bump(&s->hist[bucket_of(n)], ~std::uint64_t{0});
   add(s, small_requested, std::uint64_t{0} - n);
   add(s, small_out, std::uint64_t{0} - u);
 }

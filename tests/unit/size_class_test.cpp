@@ -30,6 +30,28 @@ TEST_CASE("size-class usable size equals mi_usable_size for every small request"
   CHECK(mismatches == 0);
 }
 
+// malloc's fast path asks mimalloc for the class size itself (fast_class),
+// not for n's round-up: the block must be of that same class, 16-aligned,
+// for every n the table covers (n = 0 included).
+TEST_CASE("fast_class: mimalloc serves the class size from the round-up's class") {
+  small::configure();
+  REQUIRE(small::class_table_ready);
+  std::size_t mismatches = 0, misaligned = 0;
+  for (std::size_t n = 0; n <= small::kTableMax; ++n) {
+    const std::size_t c = small::fast_class(n);
+    void* p = small::allocate_class(c);
+    REQUIRE(p != nullptr);
+    void* q = small::allocate(n);  // the round-up, as the slow path asks
+    REQUIRE(q != nullptr);
+    if (c < (n == 0 ? 1 : n) || mi_usable_size(p) != c || mi_usable_size(q) != c) ++mismatches;
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) ++misaligned;
+    small::release(p);
+    small::release(q);
+  }
+  CHECK(mismatches == 0);
+  CHECK(misaligned == 0);
+}
+
 TEST_CASE("mi_good_size stops matching above the limit, so the limit is needed") {
   // If this starts to fail, a newer mimalloc agrees further up and the limit
   // could be raised.
