@@ -179,11 +179,15 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   // The run is one used extent while it is re-mapped. (The tags inside it
   // are left as they were: only an extent's two end tags are ever read.)
   set_tags(rs, rn, kUsed);
+  held_g_ += rn;
   unlock();
   void* p = addr(rs);
   const std::size_t len = std::size_t{rn} << kGranuleShift;
   if (at_tail || !drop_writable(p, len)) decommit(p, len);
-  release(rs, rn);
+  lock();
+  held_g_ -= rn;
+  release_locked(rs, rn);
+  unlock();
   giving_back_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -293,6 +297,15 @@ const char* Arena::check() {
   const char* why = check_locked();
   unlock();
   return why;
+}
+
+std::uint32_t Arena::free_or_freeing_granules() {
+  lock();
+  std::uint32_t total = held_g_;
+  for (std::uint32_t h : head_)
+    for (std::uint32_t s = h; s != kNone; s = next_[s]) total += tag_[s] & kLenMask;
+  unlock();
+  return total;
 }
 
 std::uint32_t Arena::free_granules() {

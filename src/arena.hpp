@@ -88,6 +88,9 @@ class Arena {
   const char* check();
   // Granules in free extents (takes the lock; for tests and checks).
   std::uint32_t free_granules();
+  // The same, plus the runs give_backs under way hold out of the free lists
+  // (the extent and its free neighbours): what will be free once they end.
+  std::uint32_t free_or_freeing_granules();
 
   // Live-block table, lock-free. A user pointer is registered in the slot of
   // the granule it falls in (no two live blocks share a granule).
@@ -140,6 +143,7 @@ class Arena {
   void reset_after_fork() {
     pthread_mutex_init(&mu_, nullptr);
     giving_back_.store(0, std::memory_order_relaxed);  // the forking thread's only: no other runs here
+    held_g_ = 0;
   }
 
  private:
@@ -188,6 +192,7 @@ class Arena {
   std::atomic<std::uint32_t> open_{0};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::atomic<int> giving_back_{0};  // give_backs under way
+  std::uint32_t held_g_ = 0;          // granules they hold (under mu_)
 };
 
 // An extent of the range: granules [start, start+n). The one place the

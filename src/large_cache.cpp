@@ -90,6 +90,7 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
     const Extent e{out[i].start, out[i].n};
     arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
     in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
+    given_back_.fetch_add(1, std::memory_order_release);
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
@@ -106,18 +107,43 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
   unlock();
 }
 
-bool ReuseCache::settle(std::uint32_t need) {
-  const std::size_t flying = in_flight_.load(std::memory_order_acquire);
-  if (flying == 0) return false;
-  // Only if the request could fit once they are back: where it cannot, a
-  // range full of live blocks would make every such miss wait.
-  if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.free_granules())) return false;
-  // Bounded: other threads' frees may keep starting new give-backs. One
-  // lasts two system calls that drop the run's pages (~1 ms a GiB), but on
-  // a busy machine the thread making them may be descheduled for a while.
-  const std::uint64_t until = pal::now_ns() + settle_ns_;
-  while (in_flight_.load(std::memory_order_acquire) != 0 && pal::now_ns() < until) pal::yield();
-  return true;
+ReuseCache::Settle ReuseCache::settle_start() const {
+  return Settle{given_back_.load(std::memory_order_acquire), 0};
+}
+
+bool ReuseCache::settle(std::uint32_t need, Settle* st) {
+  // Taking the lock orders this after any purge or eviction that has taken
+  // entries out (and lowered the lock-free view purge(true) reads): by its
+  // unlock they are counted in in_flight_.
+  lock();
+  unlock();
+  const std::uint64_t now = pal::now_ns();
+  if (st->until == 0) st->until = now + settle_ns_;
+  bool fits_checked = false;
+  for (;;) {
+    // One ended since the last try (also between it and this call): the
+    // room it made is worth a try at once.
+    const std::uint64_t done = given_back_.load(std::memory_order_acquire);
+    if (done != st->seen) {
+      st->seen = done;
+      return true;
+    }
+    const std::size_t flying = in_flight_.load(std::memory_order_acquire);
+    if (flying == 0) return false;
+    // Only if the request could fit once they are back (counting the free
+    // neighbours a give-back holds while it re-maps): where it cannot, a
+    // range full of live blocks would make every such miss wait. An
+    // over-estimate (it ignores contiguity): a hopeless request may wait,
+    // a fitting one never gives up early.
+    if (!fits_checked) {
+      if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.free_or_freeing_granules())) return false;
+      fits_checked = true;
+    }
+    // Bounded: one give-back lasts two system calls that drop the run's
+    // pages (~1 ms a GiB), but the thread making them may be descheduled.
+    if (pal::now_ns() >= st->until) return false;
+    pal::yield();
+  }
 }
 
 // Hand out the first `want` granules of entry i (all of it if it has no

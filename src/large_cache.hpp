@@ -144,14 +144,23 @@ class ReuseCache {
   std::size_t purge(bool all);
 
   // For an allocation that found the range full even after purge(true):
-  // entries other threads have taken out to give back (a decay pass takes
+  // entries another thread has taken out to give back (a decay pass takes
   // them all, then re-maps them one by one) are out of the cache and not
-  // yet free in the range, so for a moment the range looks full. If some
-  // are under way and `need` granules could fit once they are back, waits
-  // (at most kSettleNs) for them, and returns true: worth a second try.
-  // Another thread's own free racing the allocation is not waited for (as
-  // with any allocator, the race is the program's).
-  bool settle(std::uint32_t need);
+  // yet free in the range, so for a moment the range looks full. The
+  // caller takes settle_start() before its first try; after each failed
+  // try, settle() returns true as soon as a give-back has ended since the
+  // last look (try again: as each ends, not only once all have), and false
+  // when none is under way, the request could not fit even once they are
+  // back, or kSettleNs have passed since the first call (checked between
+  // yields, so a descheduled thread may overrun it). Another thread's free
+  // that bypasses the cache is not waited for: racing the program's own
+  // free, as under any allocator.
+  struct Settle {
+    std::uint64_t seen;   // give-backs ended at the last look
+    std::uint64_t until;  // deadline (0: not started)
+  };
+  Settle settle_start() const;
+  bool settle(std::uint32_t need, Settle* st);
   static constexpr std::uint64_t kSettleNs = 20'000'000;
   void set_settle_bound(std::uint64_t ns) { settle_ns_ = ns; }  // for tests
 
@@ -240,6 +249,7 @@ class ReuseCache {
   std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
   std::atomic<bool> refusing_{false};
   std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back, not yet given back
+  std::atomic<std::uint64_t> given_back_{0};  // give-backs ended (settle's epoch)
   // The oldest reuse age seen in this decay period and the one before
   // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
   std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};

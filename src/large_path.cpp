@@ -227,12 +227,14 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   cache_.evict_for(pl->bytes, w == Warm::tried ? 0 : pl->bytes);
   std::uint32_t gap = 0;
   std::uint32_t* want_gap = ops_.drop_writable != nullptr ? &gap : nullptr;
+  cache::ReuseCache::Settle settle = cache_.settle_start();
   std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
   // The range may only be full of cached blocks: give those back, retry.
   if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
   // Or of cached blocks another thread is giving back right now (a decay
   // pass): a spurious ENOMEM or mimalloc fallback otherwise.
-  if (s == Arena::kNone && cache_.settle(pl->need)) s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
+  while (s == Arena::kNone && cache_.settle(pl->need, &settle))
+    s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
   if (s == Arena::kNone) return Result::no_room;
   const Extent e{s, pl->need};
   const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
@@ -439,9 +441,10 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
     stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());
+    cache::ReuseCache::Settle settle = cache_.settle_start();
     ns = a_.alloc(c.need, huge_g, 0);
     if (ns == Arena::kNone && cache_.purge(true) != 0) ns = a_.alloc(c.need, huge_g, 0);
-    if (ns == Arena::kNone && cache_.settle(c.need)) ns = a_.alloc(c.need, huge_g, 0);  // as commit_fresh
+    while (ns == Arena::kNone && cache_.settle(c.need, &settle)) ns = a_.alloc(c.need, huge_g, 0);  // as commit_fresh
     if (ns == Arena::kNone) return Result::no_room;
   }
   *to = Extent{ns, c.need};

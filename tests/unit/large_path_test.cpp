@@ -1,6 +1,7 @@
 // The large path alone, over a test arena and a fake platform: the real
 // page operations, each made to fail on demand.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -406,7 +407,8 @@ TEST_CASE("large path: an allocation waits for the cache's give-backs under way 
   while (g_slow_started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   const bool started = g_slow_started.load() == 1;
   // Could not fit even once the block is back: no wait.
-  const bool waited_for_too_big = cache.settle(static_cast<std::uint32_t>(total));
+  lowtide::cache::ReuseCache::Settle st = cache.settle_start();
+  const bool waited_for_too_big = cache.settle(static_cast<std::uint32_t>(total), &st);
   void* q = nullptr;
   const Result got = path.allocate(kBlock, 16, Origin::malloc, 0, &q);
   decay.join();
@@ -416,6 +418,75 @@ TEST_CASE("large path: an allocation waits for the cache's give-backs under way 
   if (got == Result::ok) held.push_back(q);
   for (void* p : held) path.release(p, "test");
   cache.purge(true);
+  CHECK(a.check() == nullptr);
+  CHECK(a.free_granules() == total);
+}
+
+// The same wait where the give-back re-maps read-write, as in production
+// (Deps::drop_writable): Arena::give_back then also holds the free runs next
+// to the extent out of the free lists while it re-maps, and the request
+// fits only in the extent and its free neighbour together. settle must
+// count what the give-back holds, not only the cached extent (found by a
+// review: the first version counted the free lists and the cache's bytes in
+// flight, and gave up).
+namespace {
+std::atomic<bool> g_drop_armed{false};
+std::atomic<int> g_drop_started{0};
+bool slow_drop_writable(void* p, std::size_t len) {
+  if (g_drop_armed.load()) {
+    g_drop_started.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pal::drop_writable(p, len);
+}
+constexpr lowtide::cache::Deps kSlowDropDeps{&fake_clock, &pal::decommit, &lowtide::cache::account_returned,
+                                             nullptr,     nullptr,        &slow_drop_writable};
+}  // namespace
+
+TEST_CASE("large path: the wait counts the free neighbours a give-back holds") {
+  Arena& a = test_arena();
+  const std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
+  const bool huge = lowtide::large::space.hugepages;
+  lowtide::large::space.hugepages = false;  // no alignment gaps: full means no free run
+  lowtide::cache::ReuseCache cache{a, kSlowDropDeps};
+  cache.configure(std::size_t{64} << 20, 1000);
+  cache.set_settle_bound(std::uint64_t{10} * 1000 * 1000 * 1000);  // far above the 50 ms drop
+  LargePath path{a, cache, kFakeOps};
+  faults = Faults{};
+  constexpr std::size_t kBlock = 1 << 20;  // 17 granules with its header
+  std::vector<void*> held;
+  for (;;) {
+    void* p = nullptr;
+    if (path.allocate(kBlock, 16, Origin::malloc, 0, &p) != Result::ok) break;
+    held.push_back(p);
+  }
+  std::sort(held.begin(), held.end());
+  REQUIRE(held.size() >= 4);
+  const std::size_t ext = static_cast<std::size_t>(static_cast<char*>(held[2]) - static_cast<char*>(held[1]));
+  REQUIRE(ext == 17 * G);
+  void* left = held[1];
+  void* right = held[2];
+  held.erase(held.begin() + 1, held.begin() + 3);
+  path.release(right, "test");
+  cache.purge(true);           // right's extent: a free run now
+  path.release(left, "test");  // cached, its right neighbour free
+  g_drop_started.store(0);
+  g_drop_armed.store(true);
+  std::thread decay([&] { cache.purge(true); });  // gives left back, holding the free run too
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (g_drop_started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const bool started = g_drop_started.load() == 1;
+  // Fits once the give-back is done: exactly left's extent and the free run.
+  void* q = nullptr;
+  const Result got = path.allocate(2 * ext - 64, 16, Origin::malloc, 0, &q);
+  decay.join();
+  g_drop_armed.store(false);
+  REQUIRE(started);
+  CHECK(got == Result::ok);
+  if (got == Result::ok) held.push_back(q);
+  for (void* p : held) path.release(p, "test");
+  cache.purge(true);
+  lowtide::large::space.hugepages = huge;
   CHECK(a.check() == nullptr);
   CHECK(a.free_granules() == total);
 }
