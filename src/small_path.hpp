@@ -10,7 +10,6 @@
 namespace lowtide::small {
 
 inline void* allocate(std::size_t n) { return mi_malloc(small_request(n)); }
-// A request already rounded by small_request (the fast path's).
 inline void* allocate_zeroed(std::size_t n) { return mi_zalloc(small_request(n)); }
 // mimalloc 2.0.9's mi_malloc_aligned misaligns e.g. (256, 256) (fixed in
 // 2.1.0); the _at variant with offset 0 takes a path that does not.

@@ -359,7 +359,7 @@ void read_retired(Snapshot* snap, ThreadRow* folded) {
   add_counts(folded, retired.c, retired.hist);
   add_counts(&snap->total, retired.c, retired.hist);
   bool overflow_used = false;
-  for (unsigned i = 0; i < kCounters; ++i) overflow_used |= overflow_slot.c[i] != 0;
+  for (unsigned i = 0; i < kCounters; ++i) overflow_used |= __atomic_load_n(&overflow_slot.c[i], __ATOMIC_RELAXED) != 0;
   if (!overflow_used) return;
   std::uint64_t c[kCounters];
   std::uint64_t h[kHistBuckets];

@@ -77,7 +77,7 @@ inline int* errno_of_attached() {
 // (read_slot's check relies on a call being counted before its bucket).
 inline void bump(std::uint64_t* c, std::uint64_t v) {
 #if defined(__x86_64__)
-  asm volatile("addq %1, %0" : "+m"(*c) : "er"(v));
+  asm volatile("{addq %1, %0|add %0, %1}" : "+m"(*c) : "er"(v));  // AT&T | Intel syntax
 #else
   __atomic_store_n(c, *c + v, __ATOMIC_RELAXED);
 #endif
