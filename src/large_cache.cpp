@@ -119,6 +119,9 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   unlock();
   const std::uint64_t now = pal::now_ns();
   if (st->until == 0) st->until = now + settle_ns_;
+  // The bound covers the caller's whole loop of tries: under steady churn
+  // give-backs may keep ending (and each one would be worth a try).
+  if (now >= st->until) return false;
   bool fits_checked = false;
   for (;;) {
     // One ended since the last try (also between it and this call): the
