@@ -89,8 +89,10 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
   for (int i = 0; i < n; ++i) {
     const Extent e{out[i].start, out[i].n};
     arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
-    in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
+    // The epoch first: settle, seeing nothing in flight, must then see it
+    // moved (its room is free already) and try again (review).
     given_back_.fetch_add(1, std::memory_order_release);
+    in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
@@ -108,7 +110,7 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
 }
 
 ReuseCache::Settle ReuseCache::settle_start() const {
-  return Settle{given_back_.load(std::memory_order_acquire), 0};
+  return Settle{given_back_.load(std::memory_order_acquire), 0, false};
 }
 
 bool ReuseCache::settle(std::uint32_t need, Settle* st) {
@@ -120,18 +122,27 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   const std::uint64_t now = pal::now_ns();
   if (st->until == 0) st->until = now + settle_ns_;
   // The bound covers the caller's whole loop of tries: under steady churn
-  // give-backs may keep ending (and each one would be worth a try).
-  if (now >= st->until) return false;
+  // give-backs may keep ending (and each one would be worth a try). Past
+  // it, one last try if one ended since the previous try, then no.
+  if (now >= st->until) {
+    const std::uint64_t done = given_back_.load(std::memory_order_acquire);
+    if (st->last_try_made || done == st->seen) return false;
+    st->last_try_made = true;
+    st->seen = done;
+    return true;
+  }
   bool fits_checked = false;
   for (;;) {
-    // One ended since the last try (also between it and this call): the
-    // room it made is worth a try at once.
+    // In flight first, then the epoch (give_back moves them the other way
+    // round): nothing in flight means every ended give-back's epoch step is
+    // seen here. One ended since the last try (also between it and this
+    // call): the room it made is worth a try at once.
+    const std::size_t flying = in_flight_.load(std::memory_order_acquire);
     const std::uint64_t done = given_back_.load(std::memory_order_acquire);
     if (done != st->seen) {
       st->seen = done;
       return true;
     }
-    const std::size_t flying = in_flight_.load(std::memory_order_acquire);
     if (flying == 0) return false;
     // Only if the request could fit once they are back (counting the free
     // neighbours a give-back holds while it re-maps): where it cannot, a

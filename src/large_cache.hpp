@@ -152,12 +152,14 @@ class ReuseCache {
   // last look (try again: as each ends, not only once all have), and false
   // when none is under way, the request could not fit even once they are
   // back, or kSettleNs have passed since the first call (checked between
-  // yields, so a descheduled thread may overrun it). Another thread's free
+  // yields, so a descheduled thread may overrun it; past it, one last try
+  // if a give-back ended since the previous one). Another thread's free
   // that bypasses the cache is not waited for: racing the program's own
   // free, as under any allocator.
   struct Settle {
     std::uint64_t seen;   // give-backs ended at the last look
     std::uint64_t until;  // deadline (0: not started)
+    bool last_try_made;   // the one try allowed past the deadline
   };
   Settle settle_start() const;
   bool settle(std::uint32_t need, Settle* st);

@@ -490,3 +490,21 @@ TEST_CASE("large path: the wait counts the free neighbours a give-back holds") {
   CHECK(a.check() == nullptr);
   CHECK(a.free_granules() == total);
 }
+
+// The retry loop is bounded: past its deadline settle allows one last try
+// if a give-back ended since the previous one, then answers no, whatever
+// ends after (found by a review: under churn the epoch kept moving and an
+// allocation that could never fit tried again for as long as it lasted).
+TEST_CASE("large path: settle answers no past its bound after one last try") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(1 << 20);
+  lowtide::cache::ReuseCache::Settle st = r.cache.settle_start();
+  r.path.release(p, "test");          // cached
+  REQUIRE(r.cache.purge(true) != 0);  // a give-back ended since settle_start
+  st.until = 1;                       // the bound passed long ago
+  CHECK(r.cache.settle(1, &st));      // the last try
+  void* q = r.alloc(1 << 20);
+  r.path.release(q, "test");
+  REQUIRE(r.cache.purge(true) != 0);  // another one ended
+  CHECK_FALSE(r.cache.settle(1, &st));
+}
