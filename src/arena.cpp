@@ -299,20 +299,23 @@ const char* Arena::check() {
   return why;
 }
 
-std::uint32_t Arena::free_or_freeing_granules() {
-  lock();
-  std::uint32_t total = held_g_;
+std::uint32_t Arena::free_locked() const {
+  std::uint32_t total = 0;
   for (std::uint32_t h : head_)
     for (std::uint32_t s = h; s != kNone; s = next_[s]) total += tag_[s] & kLenMask;
+  return total;
+}
+
+std::uint32_t Arena::free_or_freeing_granules() {
+  lock();
+  const std::uint32_t total = free_locked() + held_g_;
   unlock();
   return total;
 }
 
 std::uint32_t Arena::free_granules() {
-  std::uint32_t total = 0;
   lock();
-  for (std::uint32_t h : head_)
-    for (std::uint32_t s = h; s != kNone; s = next_[s]) total += tag_[s] & kLenMask;
+  const std::uint32_t total = free_locked();
   unlock();
   return total;
 }

@@ -162,6 +162,7 @@ class Arena {
   }
   friend struct ArenaTestAccess;  // tests/unit: corrupt a tag on purpose
   const char* check_locked() const;
+  std::uint32_t free_locked() const;  // granules in the free lists, under mu_
   void set_tags(std::uint32_t s, std::uint32_t n, std::uint32_t state) {
     tag_[s] = n | state;
     tag_[s + n - 1] = n | state;

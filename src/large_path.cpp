@@ -215,6 +215,20 @@ void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
   stats::add(st, static_cast<stats::Counter>(why), e.bytes());
 }
 
+// Free granules of the range for a miss (Arena::alloc's arguments). The
+// range may only be full of cached blocks: those are given back and the
+// alloc tried again. Or of cached blocks another thread is giving back
+// right now (a decay pass): settle waits for them, briefly, and it is tried
+// again as each ends (a spurious ENOMEM or mimalloc fallback otherwise).
+std::uint32_t LargePath::alloc_room(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew,
+                                    std::uint32_t* gap) {
+  cache::ReuseCache::Settle settle = cache_.settle_start();
+  std::uint32_t s = a_.alloc(need, align_g, skew, gap);
+  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(need, align_g, skew, gap);
+  while (s == Arena::kNone && cache_.settle(need, &settle)) s = a_.alloc(need, align_g, skew, gap);
+  return s;
+}
+
 // A miss: a fresh extent of the range, committed (its front possibly a
 // smaller cached block's pages: commit_warm).
 Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
@@ -227,14 +241,7 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   cache_.evict_for(pl->bytes, w == Warm::tried ? 0 : pl->bytes);
   std::uint32_t gap = 0;
   std::uint32_t* want_gap = ops_.drop_writable != nullptr ? &gap : nullptr;
-  cache::ReuseCache::Settle settle = cache_.settle_start();
-  std::uint32_t s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
-  // The range may only be full of cached blocks: give those back, retry.
-  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
-  // Or of cached blocks another thread is giving back right now (a decay
-  // pass): a spurious ENOMEM or mimalloc fallback otherwise.
-  while (s == Arena::kNone && cache_.settle(pl->need, &settle))
-    s = a_.alloc(pl->need, pl->align_g, pl->skew, want_gap);
+  std::uint32_t s = alloc_room(pl->need, pl->align_g, pl->skew, want_gap);
   if (s == Arena::kNone) return Result::no_room;
   const Extent e{s, pl->need};
   const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
@@ -441,10 +448,7 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
     stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());
-    cache::ReuseCache::Settle settle = cache_.settle_start();
-    ns = a_.alloc(c.need, huge_g, 0);
-    if (ns == Arena::kNone && cache_.purge(true) != 0) ns = a_.alloc(c.need, huge_g, 0);
-    while (ns == Arena::kNone && cache_.settle(c.need, &settle)) ns = a_.alloc(c.need, huge_g, 0);  // as commit_fresh
+    ns = alloc_room(c.need, huge_g, 0, nullptr);
     if (ns == Arena::kNone) return Result::no_room;
   }
   *to = Extent{ns, c.need};
