@@ -149,9 +149,11 @@ void Arena::release(std::uint32_t s, std::uint32_t n) {
 
 void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, std::size_t),
                       bool (*drop_writable)(void*, std::size_t)) {
+  hiding_.fetch_add(1, std::memory_order_acq_rel);
   if (drop_writable == nullptr) {
     decommit(addr(s), std::size_t{n} << kGranuleShift);
     release(s, n);
+    end_hiding();
     return;
   }
   // Counted before drop_writable looks at whether an mlockall is under way
@@ -179,16 +181,39 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   // The run is one used extent while it is re-mapped. (The tags inside it
   // are left as they were: only an extent's two end tags are ever read.)
   set_tags(rs, rn, kUsed);
-  held_g_ += rn;
+  hold(rs, rn);
   unlock();
   void* p = addr(rs);
   const std::size_t len = std::size_t{rn} << kGranuleShift;
   if (at_tail || !drop_writable(p, len)) decommit(p, len);
   lock();
-  held_g_ -= rn;
+  unhold(rs, rn);
   release_locked(rs, rn);
   unlock();
+  end_hiding();
   giving_back_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Arena::hold(std::uint32_t s, std::uint32_t n) {
+  if (held_count_ < kHeldSlots) held_[held_count_++] = Held{s, n};
+  else ++held_unlisted_;
+}
+
+void Arena::unhold(std::uint32_t s, std::uint32_t n) {
+  for (int i = 0; i < held_count_; ++i) {
+    if (held_[i].s == s && held_[i].n == n) {
+      held_[i] = held_[--held_count_];
+      return;
+    }
+  }
+  --held_unlisted_;
+}
+
+// The epoch first, then the count: a look that finds nothing under way
+// (reading the count first) sees every ended one's epoch step.
+void Arena::end_hiding() {
+  ended_.fetch_add(1, std::memory_order_release);
+  hiding_.fetch_sub(1, std::memory_order_release);
 }
 
 void Arena::wait_give_backs() const {
@@ -202,6 +227,12 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   // has started from its end: while it is used, nothing can merge into the
   // extent at the cursor from the left, so the cursor stays an extent start.
   std::uint32_t held_s = kNone, held_n = 0;
+  // Its batches are not listed one by one: while it runs, settle counts
+  // any request as one that may fit.
+  hiding_.fetch_add(1, std::memory_order_acq_rel);
+  lock();
+  ++held_unlisted_;
+  unlock();
   for (std::uint32_t cursor = 0;;) {
     int k = 0;
     lock();
@@ -232,9 +263,13 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
         release(taken[i][0], taken[i][1]);
       }
     }
-    if (!more) return;
+    if (!more) break;
     cursor = s;
   }
+  lock();
+  --held_unlisted_;
+  unlock();
+  end_hiding();
 }
 
 bool Arena::grow(std::uint32_t s, std::uint32_t n, std::uint32_t m) {
@@ -306,11 +341,45 @@ std::uint32_t Arena::free_locked() const {
   return total;
 }
 
-std::uint32_t Arena::free_or_freeing_granules() {
+std::uint32_t Arena::room_once_settled() {
   lock();
-  const std::uint32_t total = free_locked() + held_g_;
+  std::uint32_t best = 0;
+  if (held_unlisted_ != 0) {
+    best = granules_;  // not known: any request may fit
+  } else {
+    // The longest free extent: the longest of the highest non-empty bin.
+    for (int b = kBins - 1; b >= 0 && best == 0; --b)
+      for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) best = std::max(best, tag_[s] & kLenMask);
+    // Each held run, once released, joins the free extents and the other
+    // held runs it touches (a give-back takes its free neighbours, but not
+    // the range's free tail, and two give-backs may touch).
+    for (int i = 0; i < held_count_; ++i) {
+      std::uint32_t s = held_[i].s, e = s + held_[i].n;
+      for (bool grew = true; grew;) {
+        grew = false;
+        if (s > 0 && (tag_[s - 1] & kFree)) {
+          s -= tag_[s - 1] & kLenMask;
+          grew = true;
+        }
+        if (e < granules_ && (tag_[e] & kFree)) {
+          e += tag_[e] & kLenMask;
+          grew = true;
+        }
+        for (int j = 0; j < held_count_; ++j) {
+          if (held_[j].s + held_[j].n == s) {
+            s = held_[j].s;
+            grew = true;
+          } else if (held_[j].s == e) {
+            e += held_[j].n;
+            grew = true;
+          }
+        }
+      }
+      best = std::max(best, e - s);
+    }
+  }
   unlock();
-  return total;
+  return best;
 }
 
 std::uint32_t Arena::free_granules() {

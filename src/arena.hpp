@@ -88,9 +88,14 @@ class Arena {
   const char* check();
   // Granules in free extents (takes the lock; for tests and checks).
   std::uint32_t free_granules();
-  // The same, plus the runs give_backs under way hold out of the free lists
-  // (the extent and its free neighbours): what will be free once they end.
-  std::uint32_t free_or_freeing_granules();
+  // The longest free run there will be once the give_backs under way have
+  // released the runs they hold (the extent and its free neighbours) and
+  // nothing else changes, ignoring alignment: an over-estimate, since
+  // another thread may take room meanwhile; the whole range while
+  // protect_free runs or more give_backs run than are listed (kHeldSlots).
+  // For settle's fit check: a request longer than this cannot fit by
+  // waiting for them.
+  std::uint32_t room_once_settled();
 
   // Live-block table, lock-free. A user pointer is registered in the slot of
   // the granule it falls in (no two live blocks share a granule).
@@ -138,12 +143,23 @@ class Arena {
   // give_back holds no lock while it maps.
   void wait_give_backs() const;
 
+  // For an allocation that found no room (ReuseCache::settle): give_backs
+  // and protect_free hold free extents out of the free lists while they
+  // re-map them (room_once_settled counts them), so for a moment the
+  // range may look fuller than it is. hiding(): how many are under way;
+  // hidings_ended(): how many have ended (an epoch). The epoch moves before
+  // the count drops: read the count first.
+  int hiding() const { return hiding_.load(std::memory_order_acquire); }
+  std::uint64_t hidings_ended() const { return ended_.load(std::memory_order_acquire); }
+
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
   void reset_after_fork() {
     pthread_mutex_init(&mu_, nullptr);
     giving_back_.store(0, std::memory_order_relaxed);  // the forking thread's only: no other runs here
-    held_g_ = 0;
+    hiding_.store(0, std::memory_order_relaxed);
+    held_count_ = 0;
+    held_unlisted_ = 0;
   }
 
  private:
@@ -193,7 +209,20 @@ class Arena {
   std::atomic<std::uint32_t> open_{0};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::atomic<int> giving_back_{0};  // give_backs under way
-  std::uint32_t held_g_ = 0;          // granules they hold (under mu_)
+  std::atomic<int> hiding_{0};        // give_backs and protect_free under way (settle)
+  std::atomic<std::uint64_t> ended_{0};  // and ended (settle's epoch)
+  // The runs give_backs hold out of the free lists (under mu_); past
+  // kHeldSlots (or while protect_free runs) counted, not listed.
+  struct Held {
+    std::uint32_t s, n;
+  };
+  static constexpr int kHeldSlots = 32;
+  Held held_[kHeldSlots] = {};
+  int held_count_ = 0;
+  int held_unlisted_ = 0;
+  void hold(std::uint32_t s, std::uint32_t n);
+  void unhold(std::uint32_t s, std::uint32_t n);
+  void end_hiding();
 };
 
 // An extent of the range: granules [start, start+n). The one place the

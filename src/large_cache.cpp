@@ -88,10 +88,10 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
   std::size_t total = 0;
   for (int i = 0; i < n; ++i) {
     const Extent e{out[i].start, out[i].n};
+    // Arena::give_back moves the arena's epoch before it returns, so
+    // settle, seeing nothing in flight, sees the epoch moved (its room is
+    // free already) and tries again (review).
     arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
-    // The epoch first: settle, seeing nothing in flight, must then see it
-    // moved (its room is free already) and try again (review).
-    given_back_.fetch_add(1, std::memory_order_release);
     in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
@@ -109,9 +109,19 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
   unlock();
 }
 
-ReuseCache::Settle ReuseCache::settle_start() const {
-  return Settle{given_back_.load(std::memory_order_acquire), 0, false};
+// A block taken on trial (take_at(..., false)) is back in the cache, given
+// back, or in use: the epoch first, as give_back.
+void ReuseCache::end_trial(std::uint32_t n) {
+  trials_ended_.fetch_add(1, std::memory_order_release);
+  in_flight_.fetch_sub(Extent::bytes_of(n), std::memory_order_release);
 }
+
+// Both epochs only grow: so does their sum.
+std::uint64_t ReuseCache::settle_epoch() const {
+  return trials_ended_.load(std::memory_order_acquire) + arena_.hidings_ended();
+}
+
+ReuseCache::Settle ReuseCache::settle_start() const { return Settle{settle_epoch(), 0, false}; }
 
 bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   // Taking the lock orders this after any purge or eviction that has taken
@@ -125,7 +135,7 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   // give-backs may keep ending (and each one would be worth a try). Past
   // it, one last try if one ended since the previous try, then no.
   if (now >= st->until) {
-    const std::uint64_t done = given_back_.load(std::memory_order_acquire);
+    const std::uint64_t done = settle_epoch();
     if (st->last_try_made || done == st->seen) return false;
     st->last_try_made = true;
     st->seen = done;
@@ -133,24 +143,32 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   }
   bool fits_checked = false;
   for (;;) {
-    // In flight first, then the epoch (give_back moves them the other way
-    // round): nothing in flight means every ended give-back's epoch step is
-    // seen here. One ended since the last try (also between it and this
-    // call): the room it made is worth a try at once.
+    // The counts first, then the epochs (the give-backs and trials move
+    // them the other way round): nothing under way means every ended one's
+    // epoch step is seen here. One ended since the last try (also between
+    // it and this call): the room it made is worth a try at once. Under
+    // way: the cache's entries taken out (in flight), and any arena
+    // give-back, the cache's or not (a free the cache does not keep, a
+    // realloc's old extent, a shrunk tail), which holds the free extents
+    // next to its own out of the free lists while it re-maps.
     const std::size_t flying = in_flight_.load(std::memory_order_acquire);
-    const std::uint64_t done = given_back_.load(std::memory_order_acquire);
+    const int hiding = arena_.hiding();
+    const std::uint64_t done = settle_epoch();
     if (done != st->seen) {
       st->seen = done;
       return true;
     }
-    if (flying == 0) return false;
-    // Only if the request could fit once they are back (counting the free
-    // neighbours a give-back holds while it re-maps): where it cannot, a
-    // range full of live blocks would make every such miss wait. An
-    // over-estimate (it ignores contiguity): a hopeless request may wait,
-    // a fitting one never gives up early.
+    if (flying == 0 && hiding == 0) return false;
+    // Only if the request could fit once they are back: where it cannot, a
+    // range full of live blocks would make every such miss wait (a first
+    // fix that waited for every give-back made 200 never-fitting requests
+    // under churn take 3.96 s instead of 0.07). The longest run the arena's
+    // give-backs will leave (counting the free neighbours they hold), plus
+    // everything taken out of the cache as if it joined that run: an
+    // over-estimate, so a fitting request never gives up early; a request
+    // longer than any run there will be does not wait.
     if (!fits_checked) {
-      if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.free_or_freeing_granules())) return false;
+      if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.room_once_settled())) return false;
       fits_checked = true;
     }
     // Bounded: one give-back lasts two system calls that drop the run's
@@ -346,6 +364,9 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
         if (as_reuse) note_reuse(now, age_ns(now, entries_[i].freed_ns));
         cut(i, n);
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
+        // On trial: out of the cache, counted as coming back until
+        // end_trial (before the lock goes: settle's invariant).
+        else in_flight_.fetch_add(Extent::bytes_of(n), std::memory_order_relaxed);
         ok = true;
       }
       break;

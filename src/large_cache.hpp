@@ -125,8 +125,9 @@ class ReuseCache {
   // A miss (no cached extent of `need` granules): the largest cached extent
   // of at least `least` granules (and fewer than `need`), left in place: its
   // warm pages may become the front of the new block (LargePath::commit_warm
-  // looks at them, then take_at()s it whole, not yet as a reuse, and calls
-  // note_taken() once the pages are in use or put()s it back with its age).
+  // looks at them, then take_at()s it whole, on trial, and calls
+  // note_taken() once the pages are in use or put()s it back with its age,
+  // then end_trial()).
   // kNone if none; *n its length, *freed_ns when it was freed.
   std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
                               std::uint64_t* freed_ns) const;
@@ -135,8 +136,13 @@ class ReuseCache {
 
   // The first n granules of the cached extent that starts at granule `at`, if
   // there is one that long: a block ending at `at` grows into them in place.
-  // as_reuse false: not counted as a reuse yet (note_taken does).
+  // as_reuse false: on trial, not counted as a reuse yet (note_taken does),
+  // and counted as coming back (settle waits for it) until end_trial(n),
+  // which the caller makes once the block is cached again, given back, or
+  // in use.
   bool take_at(std::uint32_t at, std::uint32_t n, bool as_reuse = true);
+  void end_trial(std::uint32_t n);
+  std::size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }  // for tests
 
   // Return everything that has been cached longer than the decay period (all
   // of it when `all`), and, oldest first, what the memory limit no longer
@@ -145,23 +151,27 @@ class ReuseCache {
 
   // For an allocation that found the range full even after purge(true):
   // entries another thread has taken out to give back (a decay pass takes
-  // them all, then re-maps them one by one) are out of the cache and not
-  // yet free in the range, so for a moment the range looks full. The
-  // caller takes settle_start() before its first try; after each failed
-  // try, settle() returns true as soon as a give-back has ended since the
-  // last look (try again: as each ends, not only once all have), and false
-  // when none is under way, the request could not fit even once they are
-  // back, or kSettleNs have passed since the first call (checked between
-  // yields, so a descheduled thread may overrun it; past it, one last try
-  // if a give-back ended since the previous one). Another thread's free
-  // that bypasses the cache is not waited for: racing the program's own
-  // free, as under any allocator.
+  // them all, then re-maps them one by one) or on trial (commit_warm) are
+  // out of the cache and not yet free in the range, and any give-back
+  // (Arena::give_back, the cache's or another free's, or protect_free)
+  // holds the free extents next to its own out of the free lists while it
+  // re-maps: for a moment the range looks full. The caller takes
+  // settle_start() before its first try; after each failed try, settle()
+  // returns true as soon as one of those has ended since the last look (try
+  // again: as each ends, not only once all have), and false when none is
+  // under way, the request could not fit even once they are back, or
+  // kSettleNs have passed since the first call (checked between yields, so
+  // a descheduled thread may overrun it; past it, one last try if one ended
+  // since the previous one). The extent of another thread's free under way
+  // is not counted as room: racing the program's own free, as under any
+  // allocator; the free extents it holds are.
   struct Settle {
-    std::uint64_t seen;   // give-backs ended at the last look
+    std::uint64_t seen;   // give-backs and trials ended at the last look
     std::uint64_t until;  // deadline (0: not started)
     bool last_try_made;   // the one try allowed past the deadline
   };
   Settle settle_start() const;
+  std::uint64_t settle_epoch() const;
   bool settle(std::uint32_t need, Settle* st);
   static constexpr std::uint64_t kSettleNs = 20'000'000;
   void set_settle_bound(std::uint64_t ns) { settle_ns_ = ns; }  // for tests
@@ -250,8 +260,8 @@ class ReuseCache {
   std::atomic<std::uint64_t> oldest_ns_{UINT64_MAX};
   std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
   std::atomic<bool> refusing_{false};
-  std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back, not yet given back
-  std::atomic<std::uint64_t> given_back_{0};  // give-backs ended (settle's epoch)
+  std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back or on trial, not yet back
+  std::atomic<std::uint64_t> trials_ended_{0};  // end_trial calls (with the arena's, settle's epoch)
   // The oldest reuse age seen in this decay period and the one before
   // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
   std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};

@@ -194,6 +194,7 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   if (done) {
     large::space.mapped.fetch_add(fresh, std::memory_order_relaxed);
     cache_.note_taken(freed_ns);
+    cache_.end_trial(warm.n);
     *stale = warm.bytes();
     return Warm::done;
   }
@@ -203,6 +204,7 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   // no room for).
   if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1))
     return_to_os(warm, stats::slot(), stats::large_released_room);
+  cache_.end_trial(warm.n);
   return Warm::tried;
 }
 
@@ -218,14 +220,19 @@ void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
 // Free granules of the range for a miss (Arena::alloc's arguments). The
 // range may only be full of cached blocks: those are given back and the
 // alloc tried again. Or of cached blocks another thread is giving back
-// right now (a decay pass): settle waits for them, briefly, and it is tried
-// again as each ends (a spurious ENOMEM or mimalloc fallback otherwise).
+// right now (a decay pass), or the free neighbours any give-back holds while
+// it re-maps, or a cached block on trial in another miss (commit_warm):
+// settle waits for them, briefly, and it is tried again as each ends (a
+// spurious ENOMEM or mimalloc fallback otherwise).
 std::uint32_t LargePath::alloc_room(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew,
                                     std::uint32_t* gap) {
   cache::ReuseCache::Settle settle = cache_.settle_start();
   std::uint32_t s = a_.alloc(need, align_g, skew, gap);
   if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(need, align_g, skew, gap);
-  while (s == Arena::kNone && cache_.settle(need, &settle)) s = a_.alloc(need, align_g, skew, gap);
+  while (s == Arena::kNone && cache_.settle(need, &settle)) {
+    cache_.purge(true);  // a block back from trial is cached, not free
+    s = a_.alloc(need, align_g, skew, gap);
+  }
   return s;
 }
 

@@ -79,6 +79,7 @@ struct Rig {
   }
   ~Rig() {
     cache.purge(true);
+    CHECK(cache.in_flight() == 0);  // every trial ended (commit_warm)
     CHECK(a.check() == nullptr);
     CHECK(a.free_granules() == total);
     CHECK(lowtide::large::space.mapped.load() == mapped0);
@@ -101,6 +102,26 @@ bool same(const void* p, std::size_t n, unsigned seed) {
     if (b[i] != static_cast<unsigned char>((i * 131 + seed) >> 3)) return false;
   return true;
 }
+
+// The range filled with blocks of `block` bytes until it refuses one,
+// sorted by address.
+std::vector<void*> fill_range(LargePath& path, std::size_t block) {
+  std::vector<void*> held;
+  for (;;) {
+    void* p = nullptr;
+    if (path.allocate(block, 16, Origin::malloc, 0, &p) != Result::ok) break;
+    held.push_back(p);
+  }
+  std::sort(held.begin(), held.end());
+  return held;
+}
+
+// Huge-page advice off for a case (blocks then need no alignment gaps).
+struct NoHugePages {
+  bool was = lowtide::large::space.hugepages;
+  NoHugePages() { lowtide::large::space.hugepages = false; }
+  ~NoHugePages() { lowtide::large::space.hugepages = was; }
+};
 
 }  // namespace
 
@@ -364,13 +385,55 @@ TEST_CASE("large path: a failed top-up leaves the cached block's age") {
   r.path.release(blocker, "test");
 }
 
-// A decay pass takes the cache's entries out under its lock, then gives them
-// back one by one outside it; each is out of the free lists while its pages
-// are dropped. An allocation that finds the range full meanwhile must wait
-// for them (ReuseCache::settle) and try again, not fail (ENOMEM, or
-// mimalloc's fallback: stress/oom's one flake). Here the drop is made slow
-// (50 ms) on purpose, with the range full but for the one cached block.
+// ---- ReuseCache::settle: waits for room that is free for a moment only ----
+//
+// Each case below stalls one thing on purpose (a 50 ms drop, a block held on
+// trial) with the range full but for what that thing holds, and checks
+// that an allocation meanwhile waits for it instead of failing (ENOMEM, or
+// mimalloc's fallback), or that a request that could not fit does not
+// wait.
 namespace {
+
+// A large path over the whole test arena with its own cache, a settle bound
+// far above the 50 ms stalls (a loaded machine cannot make a case fail) and
+// no huge-page advice (no alignment gaps: full means no free run). At the
+// end the arena must be whole again.
+struct WaitRig {
+  NoHugePages no_gaps;
+  Arena& a = test_arena();
+  std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
+  lowtide::cache::ReuseCache cache;
+  LargePath path;
+  WaitRig(const lowtide::cache::Deps& deps, std::size_t cap, const pal::PageOps& ops)
+      : cache{a, deps}, path{a, cache, ops} {
+    faults = Faults{};
+    cache.configure(cap, 1000);
+    cache.set_settle_bound(std::uint64_t{10} * 1000 * 1000 * 1000);
+  }
+  ~WaitRig() {
+    cache.purge(true);
+    CHECK(cache.in_flight() == 0);
+    CHECK(a.check() == nullptr);
+    CHECK(a.free_granules() == total);
+  }
+  // Releases every block of `live` and, if the allocation succeeded, q.
+  void release_all(std::vector<void*>& live, Result got, void* q) {
+    if (got == Result::ok) live.push_back(q);
+    for (void* p : live) path.release(p, "test");
+  }
+};
+
+// Until the stalled operation has started (counted in `started`), at most
+// 5 s: whether it started.
+bool wait_start(const std::atomic<int>& started) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  return started.load() != 0;
+}
+
+constexpr std::size_t kMiB = 1 << 20;  // a block of 17 granules with its header
+
+// A stalled decommit (the cache's give-back without drop_writable).
 std::atomic<int> g_slow_started{0};
 void slow_decommit(void* p, std::size_t len) {
   g_slow_started.fetch_add(1);
@@ -378,58 +441,8 @@ void slow_decommit(void* p, std::size_t len) {
   pal::decommit(p, len);
 }
 constexpr lowtide::cache::Deps kSlowCacheDeps{&fake_clock, &slow_decommit, &lowtide::cache::account_returned};
-}  // namespace
 
-TEST_CASE("large path: an allocation waits for the cache's give-backs under way instead of failing") {
-  Arena& a = test_arena();
-  const std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
-  lowtide::cache::ReuseCache cache{a, kSlowCacheDeps};
-  cache.configure(std::size_t{64} << 20, 1000);
-  // Far above the 50 ms drop: a loaded machine cannot make the test fail.
-  cache.set_settle_bound(std::uint64_t{10} * 1000 * 1000 * 1000);
-  LargePath path{a, cache, kFakeOps};
-  faults = Faults{};
-  constexpr std::size_t kBlock = 4 << 20;
-  std::vector<void*> held;
-  for (;;) {
-    void* p = nullptr;
-    if (path.allocate(kBlock, 16, Origin::malloc, 0, &p) != Result::ok) break;
-    held.push_back(p);
-  }
-  REQUIRE(held.size() >= 4);
-  void* victim = held[1];
-  held.erase(held.begin() + 1);
-  path.release(victim, "test");  // cached: the range is full but for it
-  REQUIRE(cache.cached_bytes() != 0);
-  g_slow_started.store(0);
-  std::thread decay([&] { cache.purge(true); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (g_slow_started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  const bool started = g_slow_started.load() == 1;
-  // Could not fit even once the block is back: no wait.
-  lowtide::cache::ReuseCache::Settle st = cache.settle_start();
-  const bool waited_for_too_big = cache.settle(static_cast<std::uint32_t>(total), &st);
-  void* q = nullptr;
-  const Result got = path.allocate(kBlock, 16, Origin::malloc, 0, &q);
-  decay.join();
-  REQUIRE(started);
-  CHECK_FALSE(waited_for_too_big);
-  CHECK(got == Result::ok);
-  if (got == Result::ok) held.push_back(q);
-  for (void* p : held) path.release(p, "test");
-  cache.purge(true);
-  CHECK(a.check() == nullptr);
-  CHECK(a.free_granules() == total);
-}
-
-// The same wait where the give-back re-maps read-write, as in production
-// (Deps::drop_writable): Arena::give_back then also holds the free runs next
-// to the extent out of the free lists while it re-maps, and the request
-// fits only in the extent and its free neighbour together. settle must
-// count what the give-back holds, not only the cached extent (found by a
-// review: the first version counted the free lists and the cache's bytes in
-// flight, and gave up).
-namespace {
+// A stalled read-write re-map (drop_writable, as in production), once armed.
 std::atomic<bool> g_drop_armed{false};
 std::atomic<int> g_drop_started{0};
 bool slow_drop_writable(void* p, std::size_t len) {
@@ -441,54 +454,74 @@ bool slow_drop_writable(void* p, std::size_t len) {
 }
 constexpr lowtide::cache::Deps kSlowDropDeps{&fake_clock, &pal::decommit, &lowtide::cache::account_returned,
                                              nullptr,     nullptr,        &slow_drop_writable};
+// The same for give-backs outside the cache (LargePath's own).
+constexpr pal::PageOps kSlowDropOps{&fake_commit,          &pal::decommit,   &fake_move,
+                                    &pal::advise_hugepage, &fake_overcommit, &pal::resident_bytes,
+                                    &slow_drop_writable};
+void arm_drop() {
+  g_drop_started.store(0);
+  g_drop_armed.store(true);
+}
+
 }  // namespace
 
+// A decay pass takes the cache's entries out under its lock, then gives them
+// back one by one outside it; each is out of the free lists while its pages
+// are dropped (stress/oom's one flake: reliability.md no. 21).
+TEST_CASE("large path: an allocation waits for the cache's give-backs under way instead of failing") {
+  WaitRig r(kSlowCacheDeps, std::size_t{64} << 20, kFakeOps);
+  constexpr std::size_t kBlock = 4 << 20;
+  std::vector<void*> held = fill_range(r.path, kBlock);
+  REQUIRE(held.size() >= 4);
+  void* victim = held[1];
+  held.erase(held.begin() + 1);
+  r.path.release(victim, "test");  // cached: the range is full but for it
+  REQUIRE(r.cache.cached_bytes() != 0);
+  g_slow_started.store(0);
+  std::thread decay([&] { r.cache.purge(true); });
+  const bool started = wait_start(g_slow_started);
+  // Could not fit even once the block is back: no wait.
+  lowtide::cache::ReuseCache::Settle st = r.cache.settle_start();
+  const bool waited_for_too_big = r.cache.settle(r.total, &st);
+  void* q = nullptr;
+  const Result got = r.path.allocate(kBlock, 16, Origin::malloc, 0, &q);
+  decay.join();
+  REQUIRE(started);
+  CHECK_FALSE(waited_for_too_big);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
+
+// The same wait where the give-back re-maps read-write, as in production
+// (Deps::drop_writable): Arena::give_back then also holds the free runs next
+// to the extent out of the free lists while it re-maps, and the request
+// fits only in the extent and its free neighbour together. settle must
+// count what the give-back holds, not only the cached extent (found by a
+// review: the first version counted the free lists and the cache's bytes in
+// flight, and gave up).
 TEST_CASE("large path: the wait counts the free neighbours a give-back holds") {
-  Arena& a = test_arena();
-  const std::uint32_t total = static_cast<std::uint32_t>(a.size() / G);
-  const bool huge = lowtide::large::space.hugepages;
-  lowtide::large::space.hugepages = false;  // no alignment gaps: full means no free run
-  lowtide::cache::ReuseCache cache{a, kSlowDropDeps};
-  cache.configure(std::size_t{64} << 20, 1000);
-  cache.set_settle_bound(std::uint64_t{10} * 1000 * 1000 * 1000);  // far above the 50 ms drop
-  LargePath path{a, cache, kFakeOps};
-  faults = Faults{};
-  constexpr std::size_t kBlock = 1 << 20;  // 17 granules with its header
-  std::vector<void*> held;
-  for (;;) {
-    void* p = nullptr;
-    if (path.allocate(kBlock, 16, Origin::malloc, 0, &p) != Result::ok) break;
-    held.push_back(p);
-  }
-  std::sort(held.begin(), held.end());
+  WaitRig r(kSlowDropDeps, std::size_t{64} << 20, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
   REQUIRE(held.size() >= 4);
   const std::size_t ext = static_cast<std::size_t>(static_cast<char*>(held[2]) - static_cast<char*>(held[1]));
   REQUIRE(ext == 17 * G);
   void* left = held[1];
   void* right = held[2];
   held.erase(held.begin() + 1, held.begin() + 3);
-  path.release(right, "test");
-  cache.purge(true);           // right's extent: a free run now
-  path.release(left, "test");  // cached, its right neighbour free
-  g_drop_started.store(0);
-  g_drop_armed.store(true);
-  std::thread decay([&] { cache.purge(true); });  // gives left back, holding the free run too
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (g_drop_started.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  const bool started = g_drop_started.load() == 1;
+  r.path.release(right, "test");
+  r.cache.purge(true);           // right's extent: a free run now
+  r.path.release(left, "test");  // cached, its right neighbour free
+  arm_drop();
+  std::thread decay([&] { r.cache.purge(true); });  // gives left back, holding the free run too
+  const bool started = wait_start(g_drop_started);
   // Fits once the give-back is done: exactly left's extent and the free run.
   void* q = nullptr;
-  const Result got = path.allocate(2 * ext - 64, 16, Origin::malloc, 0, &q);
+  const Result got = r.path.allocate(2 * ext - 64, 16, Origin::malloc, 0, &q);
   decay.join();
   g_drop_armed.store(false);
   REQUIRE(started);
   CHECK(got == Result::ok);
-  if (got == Result::ok) held.push_back(q);
-  for (void* p : held) path.release(p, "test");
-  cache.purge(true);
-  lowtide::large::space.hugepages = huge;
-  CHECK(a.check() == nullptr);
-  CHECK(a.free_granules() == total);
+  r.release_all(held, got, q);
 }
 
 // The retry loop is bounded: past its deadline settle allows one last try
@@ -507,4 +540,159 @@ TEST_CASE("large path: settle answers no past its bound after one last try") {
   r.path.release(q, "test");
   REQUIRE(r.cache.purge(true) != 0);  // another one ended
   CHECK_FALSE(r.cache.settle(1, &st));
+}
+
+// A give-back that bypasses the cache (a free the cache does not keep, the
+// old extent of a realloc that moved, a shrunk tail) holds the free runs next
+// to its extent out of the free lists too, as the cache's own do. Those runs
+// were free before that free began: an allocation that fits only in one of
+// them must wait for the give-back (found by the second review of no. 21;
+// reliability.md no. 22). Not "racing the program's own free": without the
+// concurrent free the allocation succeeds.
+TEST_CASE("large path: a free that bypasses the cache does not take away the free run next to it") {
+  WaitRig r(kCacheDeps, 0, kSlowDropOps);  // the cache keeps nothing: every free is given back at once
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 4);
+  void* left = held[1];
+  void* right = held[2];
+  held.erase(held.begin() + 1, held.begin() + 3);
+  r.path.release(right, "test");  // a free run of exactly one block, the only room
+  arm_drop();
+  std::thread other([&] { r.path.release(left, "test"); });  // holds left and the free run
+  const bool started = wait_start(g_drop_started);
+  void* q = nullptr;
+  const Result got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);  // fits in right's run
+  other.join();
+  g_drop_armed.store(false);
+  REQUIRE(started);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
+
+// The same with the cache on: a realloc that moves gives its old extent back
+// directly (finish_move), holding the free run before it.
+TEST_CASE("large path: a moving realloc does not take away the free run next to its old block") {
+  WaitRig r(kCacheDeps, std::size_t{64} << 20, kSlowDropOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 10);
+  const std::size_t ext = static_cast<std::size_t>(static_cast<char*>(held[2]) - static_cast<char*>(held[1]));
+  REQUIRE(ext == 17 * G);
+  // Free runs: one block's (held[1]) and three blocks' (held[5..7]), where
+  // the moving realloc lands exactly.
+  void* mover = held[2];
+  std::vector<void*> gone{held[1], held[5], held[6], held[7]};
+  for (void* p : gone) r.path.release(p, "test");
+  r.cache.purge(true);
+  std::vector<void*> live;
+  for (void* p : held)
+    if (p != mover && std::find(gone.begin(), gone.end(), p) == gone.end()) live.push_back(p);
+  arm_drop();
+  void* moved = nullptr;
+  Result moved_r = Result::no_room;
+  // Cannot grow in place (held[3] is live): moves into the three blocks'
+  // run, then gives its old extent back with the free run before it.
+  std::thread other([&] { moved_r = r.path.resize(mover, 3 * ext - 64, &moved); });
+  const bool started = wait_start(g_drop_started);
+  void* q = nullptr;
+  const Result got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);  // fits in held[1]'s run
+  other.join();
+  g_drop_armed.store(false);
+  REQUIRE(started);
+  REQUIRE(moved_r == Result::ok);
+  live.push_back(moved);
+  CHECK(got == Result::ok);
+  r.release_all(live, got, q);
+}
+
+// A miss that tops up a smaller cached block (commit_warm) takes it out of
+// the cache on trial (take_at(..., false)); if the top-up fails, it goes
+// back. Meanwhile it is neither cached nor free: an allocation that fits
+// only once it is back waits for it (settle counts blocks on trial as
+// coming back, until end_trial). The trial is made by hand here, so that
+// nothing else takes room meanwhile (a real miss goes on to other tries).
+TEST_CASE("large path: an allocation waits for a cached block on trial") {
+  WaitRig r(kCacheDeps, std::size_t{64} << 20, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 4);
+  void* wp = held[1];
+  const std::uint32_t w = r.a.granule_of(wp);  // its extent's first granule (the header is in it)
+  held.erase(held.begin() + 1);
+  r.path.release(wp, "test");
+  REQUIRE(r.cache.cached_bytes() == 17 * G);  // the range is full but for it
+  REQUIRE(r.cache.take_at(w, 17, false));     // on trial
+  std::atomic<bool> done{false};
+  Result got = Result::no_room;
+  void* q = nullptr;
+  std::thread other([&] {
+    got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);
+    done.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool waited = !done.load();  // without the wait it fails at once
+  REQUIRE(r.cache.put(w, 17, 1));    // back, with its age
+  r.cache.end_trial(17);
+  other.join();
+  CHECK(waited);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
+
+// mlockall's protect_free takes the free extents out of the free lists a
+// batch at a time while it maps them PROT_NONE: an allocation meanwhile
+// waits for them rather than fail.
+namespace {
+std::atomic<int> g_protect_started{0};
+void slow_protect(void* p, std::size_t len) {
+  g_protect_started.fetch_add(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  pal::decommit(p, len);
+}
+}  // namespace
+
+TEST_CASE("large path: an allocation waits for the free extents protect_free holds") {
+  WaitRig r(kCacheDeps, 0, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 4);
+  r.path.release(held[1], "test");  // the only room: one block's free run
+  held.erase(held.begin() + 1);
+  g_protect_started.store(0);
+  std::thread locker([&] { r.a.protect_free(slow_protect); });
+  const bool started = wait_start(g_protect_started);
+  void* q = nullptr;
+  const Result got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);
+  locker.join();
+  REQUIRE(started);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
+
+// The wait is only for requests that could fit once the give-backs under
+// way are over, counting contiguity: a range with free and held granules
+// enough in total, but no run long enough, makes no request wait (a first
+// fix that waited for every give-back made never-fitting requests under
+// churn wait their whole bound, each).
+TEST_CASE("large path: settle does not wait for a request longer than any run there will be") {
+  WaitRig r(kCacheDeps, 0, kSlowDropOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 10);
+  // Three free runs of one block each, apart, and a fourth block given back
+  // slowly between live ones: four blocks' granules, no run of two.
+  for (int i : {1, 3, 5}) r.path.release(held[i], "test");
+  void* slow = held[7];
+  std::vector<void*> live;
+  for (std::size_t i = 0; i < held.size(); ++i)
+    if (i != 1 && i != 3 && i != 5 && i != 7) live.push_back(held[i]);
+  arm_drop();
+  lowtide::cache::ReuseCache::Settle st = r.cache.settle_start();
+  std::thread other([&] { r.path.release(slow, "test"); });
+  const bool started = wait_start(g_drop_started);
+  CHECK(r.a.room_once_settled() == 17);
+  const bool waited_for_two = r.cache.settle(34, &st);  // 4 x 17 granules in all, no run of 34
+  const bool waited_for_one = r.cache.settle(17, &st);  // fits once it is over: waits for it
+  other.join();
+  g_drop_armed.store(false);
+  REQUIRE(started);
+  CHECK_FALSE(waited_for_two);
+  CHECK(waited_for_one);
+  r.release_all(live, Result::no_room, nullptr);
 }
