@@ -96,10 +96,7 @@ std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t
   for (int b = bin_of(n); b < kBins; ++b) {
     for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) {
       std::uint32_t len = tag_[s] & kLenMask;
-      // Align the absolute address: the range is only 2 MiB-aligned.
-      std::uint64_t addr = base_ + (std::uint64_t{s + skew_g} << kGranuleShift);
-      std::uint64_t align = std::uint64_t{align_g} << kGranuleShift;
-      std::uint64_t a = ((((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift) - skew_g;
+      const std::uint64_t a = place(s, align_g, skew_g);
       if (a + n > std::uint64_t{s} + len) continue;
       // Entries written below: up to the first granule of what is left.
       if (!open_to(static_cast<std::uint32_t>(std::min<std::uint64_t>(a + n + 1, granules_)))) {
@@ -263,6 +260,9 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
         release(taken[i][0], taken[i][1]);
       }
     }
+    // Its room is free again: a waiting settle tries at once, not when the
+    // whole pass (maybe longer than settle's bound) ends (review).
+    ended_.fetch_add(1, std::memory_order_release);
     if (!more) break;
     cursor = s;
   }
@@ -341,45 +341,69 @@ std::uint32_t Arena::free_locked() const {
   return total;
 }
 
-std::uint32_t Arena::room_once_settled() {
-  lock();
-  std::uint32_t best = 0;
-  if (held_unlisted_ != 0) {
-    best = granules_;  // not known: any request may fit
-  } else {
-    // The longest free extent: the longest of the highest non-empty bin.
-    for (int b = kBins - 1; b >= 0 && best == 0; --b)
-      for (std::uint32_t s = head_[b]; s != kNone; s = next_[s]) best = std::max(best, tag_[s] & kLenMask);
-    // Each held run, once released, joins the free extents and the other
-    // held runs it touches (a give-back takes its free neighbours, but not
-    // the range's free tail, and two give-backs may touch).
-    for (int i = 0; i < held_count_; ++i) {
-      std::uint32_t s = held_[i].s, e = s + held_[i].n;
-      for (bool grew = true; grew;) {
-        grew = false;
-        if (s > 0 && (tag_[s - 1] & kFree)) {
-          s -= tag_[s - 1] & kLenMask;
-          grew = true;
-        }
-        if (e < granules_ && (tag_[e] & kFree)) {
-          e += tag_[e] & kLenMask;
-          grew = true;
-        }
-        for (int j = 0; j < held_count_; ++j) {
-          if (held_[j].s + held_[j].n == s) {
-            s = held_[j].s;
-            grew = true;
-          } else if (held_[j].s == e) {
-            e += held_[j].n;
-            grew = true;
-          }
-        }
+// Held run i once released: [*s, *e), with the free extents and the other
+// held runs it touches, and theirs in turn (each step lengthens it: it ends).
+void Arena::joined_run(int i, std::uint32_t* s_out, std::uint32_t* e_out) const {
+  std::uint32_t s = held_[i].s, e = s + held_[i].n;
+  for (bool grew = true; grew;) {
+    grew = false;
+    if (s > 0 && (tag_[s - 1] & kFree)) {
+      s -= tag_[s - 1] & kLenMask;
+      grew = true;
+    }
+    if (e < granules_ && (tag_[e] & kFree)) {
+      e += tag_[e] & kLenMask;
+      grew = true;
+    }
+    for (int j = 0; j < held_count_; ++j) {
+      if (held_[j].s + held_[j].n == s) {
+        s = held_[j].s;
+        grew = true;
+      } else if (held_[j].s == e) {
+        e += held_[j].n;
+        grew = true;
       }
-      best = std::max(best, e - s);
     }
   }
+  *s_out = s;
+  *e_out = e;
+}
+
+std::uint64_t Arena::place(std::uint32_t s, std::uint32_t align_g, std::uint32_t skew_g) const {
+  // Align the absolute address: the range is only 2 MiB-aligned.
+  const std::uint64_t addr = base_ + (std::uint64_t{s + skew_g} << kGranuleShift);
+  const std::uint64_t align = std::uint64_t{align_g} << kGranuleShift;
+  return ((((addr + align - 1) & ~(align - 1)) - base_) >> kGranuleShift) - skew_g;
+}
+
+bool Arena::may_fit_once_settled(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g,
+                                 std::uint32_t extra) {
+  if (align_g == 0) align_g = 1;
+  if (n == 0 || n > granules_ || skew_g >= n || align_g > granules_) return false;  // as alloc
+  lock();
+  bool fits = held_unlisted_ != 0;  // not known: any request may fit
+  // The free extents, as alloc looks at them (give-backs that have ended
+  // left their room here). With extra (cached extents on their way back,
+  // whose places are not known): any free extent they might join, by
+  // length only.
+  for (int b = extra != 0 ? 0 : bin_of(n); b < kBins && !fits; ++b) {
+    for (std::uint32_t s = head_[b]; s != kNone && !fits; s = next_[s]) {
+      const std::uint32_t len = tag_[s] & kLenMask;
+      fits = extra != 0 ? std::uint64_t{n} <= std::uint64_t{len} + extra
+                        : place(s, align_g, skew_g) + n <= std::uint64_t{s} + len;
+    }
+  }
+  // Each held run, once released, joins the free extents and the other
+  // held runs it touches (a give-back takes its free neighbours, but not
+  // the range's free tail, and two give-backs may touch).
+  for (int i = 0; i < held_count_ && !fits; ++i) {
+    std::uint32_t s = 0, e = 0;
+    joined_run(i, &s, &e);
+    fits = extra != 0 ? std::uint64_t{n} <= std::uint64_t{e - s} + extra
+                      : place(s, align_g, skew_g) + n <= std::uint64_t{e};
+  }
   unlock();
-  return best;
+  return fits;
 }
 
 std::uint32_t Arena::free_granules() {

@@ -88,14 +88,16 @@ class Arena {
   const char* check();
   // Granules in free extents (takes the lock; for tests and checks).
   std::uint32_t free_granules();
-  // The longest free run there will be once the give_backs under way have
-  // released the runs they hold (the extent and its free neighbours) and
-  // nothing else changes, ignoring alignment: an over-estimate, since
-  // another thread may take room meanwhile; the whole range while
+  // Could n granules, at granule + skew_g aligned to align_g granules (as
+  // alloc), fit once the give_backs under way have released the runs they
+  // hold (the extent and its free neighbours), if nothing else changed?
+  // Looks at the free extents and at each held run joined with what it
+  // touches; with `extra` granules on their way back from the cache (where,
+  // not known), at any free extent or joined run plus extra, by length. An
+  // over-estimate (another thread may take room meanwhile); true while
   // protect_free runs or more give_backs run than are listed (kHeldSlots).
-  // For settle's fit check: a request longer than this cannot fit by
-  // waiting for them.
-  std::uint32_t room_once_settled();
+  // For settle: walks the free lists under the lock, as alloc does.
+  bool may_fit_once_settled(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t extra);
 
   // Live-block table, lock-free. A user pointer is registered in the slot of
   // the granule it falls in (no two live blocks share a granule).
@@ -145,7 +147,7 @@ class Arena {
 
   // For an allocation that found no room (ReuseCache::settle): give_backs
   // and protect_free hold free extents out of the free lists while they
-  // re-map them (room_once_settled counts them), so for a moment the
+  // re-map them (may_fit_once_settled looks at them), so for a moment the
   // range may look fuller than it is. hiding(): how many are under way;
   // hidings_ended(): how many have ended (an epoch). The epoch moves before
   // the count drops: read the count first.
@@ -221,6 +223,10 @@ class Arena {
   int held_count_ = 0;
   int held_unlisted_ = 0;
   void hold(std::uint32_t s, std::uint32_t n);
+  void joined_run(int i, std::uint32_t* s, std::uint32_t* e) const;  // under mu_
+  // The first granule at or after s where granule + skew_g is aligned to
+  // align_g granules (the absolute address: the range is only 2 MiB-aligned).
+  std::uint64_t place(std::uint32_t s, std::uint32_t align_g, std::uint32_t skew_g) const;
   void unhold(std::uint32_t s, std::uint32_t n);
   void end_hiding();
 };

@@ -116,14 +116,11 @@ void ReuseCache::end_trial(std::uint32_t n) {
   in_flight_.fetch_sub(Extent::bytes_of(n), std::memory_order_release);
 }
 
-// Both epochs only grow: so does their sum.
-std::uint64_t ReuseCache::settle_epoch() const {
-  return trials_ended_.load(std::memory_order_acquire) + arena_.hidings_ended();
+ReuseCache::Settle ReuseCache::settle_start() const {
+  return Settle{trials_ended_.load(std::memory_order_acquire), arena_.hidings_ended(), 0, false};
 }
 
-ReuseCache::Settle ReuseCache::settle_start() const { return Settle{settle_epoch(), 0, false}; }
-
-bool ReuseCache::settle(std::uint32_t need, Settle* st) {
+bool ReuseCache::settle(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, Settle* st) {
   // Taking the lock orders this after any purge or eviction that has taken
   // entries out (and lowered the lock-free view purge(true) reads): by its
   // unlock they are counted in in_flight_.
@@ -131,15 +128,42 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
   unlock();
   const std::uint64_t now = pal::now_ns();
   if (st->until == 0) st->until = now + settle_ns_;
+  // Only if the request could fit once what is under way is back: where it
+  // cannot, a range full of live blocks would make every such miss wait (a
+  // first fix that waited for every give-back made 200 never-fitting
+  // requests under churn take 3.96 s instead of 0.07). The free extents and
+  // the runs the arena's give-backs will leave (with the free neighbours
+  // they hold), aligned as asked, and what is taken out of the cache as if
+  // it joined any of them: an over-estimate, so a fitting request never
+  // gives up early; one nothing there will be can hold does not wait, nor
+  // try again as give-backs end (under churn they end all the time).
+  auto may_fit = [&](std::size_t flying) {
+    const std::size_t flying_g = (flying + G - 1) / G;
+    const auto extra = static_cast<std::uint32_t>(flying_g < UINT32_MAX ? flying_g : UINT32_MAX);
+    return arena_.may_fit_once_settled(need, align_g, skew_g, extra);
+  };
+  // What has ended since the last look: a trial (its block is cached again
+  // or gone, and the caller empties the cache before its try: worth a try
+  // as such; trials are rare, misses only), or give-backs (worth a try if
+  // the request may fit now). -1: nothing.
+  auto ended = [&](std::size_t flying) {
+    const std::uint64_t trials = trials_ended_.load(std::memory_order_acquire);
+    const std::uint64_t hidings = arena_.hidings_ended();
+    const bool trial = trials != st->trials, hidden = hidings != st->hidings;
+    st->trials = trials;
+    st->hidings = hidings;
+    if (trial) return 1;
+    if (hidden) return may_fit(flying) ? 1 : 0;
+    return -1;
+  };
   // The bound covers the caller's whole loop of tries: under steady churn
   // give-backs may keep ending (and each one would be worth a try). Past
   // it, one last try if one ended since the previous try, then no.
   if (now >= st->until) {
-    const std::uint64_t done = settle_epoch();
-    if (st->last_try_made || done == st->seen) return false;
+    const std::size_t flying = in_flight_.load(std::memory_order_acquire);
+    if (st->last_try_made) return false;
     st->last_try_made = true;
-    st->seen = done;
-    return true;
+    return ended(flying) == 1;
   }
   bool fits_checked = false;
   for (;;) {
@@ -147,28 +171,16 @@ bool ReuseCache::settle(std::uint32_t need, Settle* st) {
     // them the other way round): nothing under way means every ended one's
     // epoch step is seen here. One ended since the last try (also between
     // it and this call): the room it made is worth a try at once. Under
-    // way: the cache's entries taken out (in flight), and any arena
-    // give-back, the cache's or not (a free the cache does not keep, a
-    // realloc's old extent, a shrunk tail), which holds the free extents
+    // way: the cache's entries taken out (in flight) or on trial, and any
+    // arena give-back, the cache's or not (a free the cache does not keep,
+    // a realloc's old extent, a shrunk tail), which holds the free extents
     // next to its own out of the free lists while it re-maps.
     const std::size_t flying = in_flight_.load(std::memory_order_acquire);
     const int hiding = arena_.hiding();
-    const std::uint64_t done = settle_epoch();
-    if (done != st->seen) {
-      st->seen = done;
-      return true;
-    }
+    if (const int e = ended(flying); e >= 0) return e == 1;
     if (flying == 0 && hiding == 0) return false;
-    // Only if the request could fit once they are back: where it cannot, a
-    // range full of live blocks would make every such miss wait (a first
-    // fix that waited for every give-back made 200 never-fitting requests
-    // under churn take 3.96 s instead of 0.07). The longest run the arena's
-    // give-backs will leave (counting the free neighbours they hold), plus
-    // everything taken out of the cache as if it joined that run: an
-    // over-estimate, so a fitting request never gives up early; a request
-    // longer than any run there will be does not wait.
     if (!fits_checked) {
-      if (Extent::bytes_of(need) > flying + Extent::bytes_of(arena_.room_once_settled())) return false;
+      if (!may_fit(flying)) return false;
       fits_checked = true;
     }
     // Bounded: one give-back lasts two system calls that drop the run's

@@ -156,23 +156,26 @@ class ReuseCache {
   // (Arena::give_back, the cache's or another free's, or protect_free)
   // holds the free extents next to its own out of the free lists while it
   // re-maps: for a moment the range looks full. The caller takes
-  // settle_start() before its first try; after each failed try, settle()
-  // returns true as soon as one of those has ended since the last look (try
-  // again: as each ends, not only once all have), and false when none is
-  // under way, the request could not fit even once they are back, or
-  // kSettleNs have passed since the first call (checked between yields, so
-  // a descheduled thread may overrun it; past it, one last try if one ended
-  // since the previous one). The extent of another thread's free under way
-  // is not counted as room: racing the program's own free, as under any
-  // allocator; the free extents it holds are.
+  // settle_start() before its first try, and empties the cache before each
+  // later one; after each failed try, settle() returns true as soon as one
+  // of those has ended since the last look and the request may fit now
+  // (try again: as each ends, not only once all have), and false when none
+  // is under way, the request (need granules, granule + skew_g aligned to
+  // align_g, as Arena::alloc) could not fit even once they are back
+  // (Arena::may_fit_once_settled), or kSettleNs have passed since the first
+  // call (checked between yields, so a descheduled thread may overrun it;
+  // past it, one last try if one ended since the previous one). With drop_writable (production), the run a
+  // give-back holds counts whole, the freed extent too: a request that fits
+  // only there waits for another thread's free under way, where any
+  // allocator could have failed it (racing the program's own free).
   struct Settle {
-    std::uint64_t seen;   // give-backs and trials ended at the last look
-    std::uint64_t until;  // deadline (0: not started)
-    bool last_try_made;   // the one try allowed past the deadline
+    std::uint64_t trials;  // trials ended at the last look
+    std::uint64_t hidings; // the arena's give-backs (and protect_free batches) ended then
+    std::uint64_t until;   // deadline (0: not started)
+    bool last_try_made;    // the one try allowed past the deadline
   };
   Settle settle_start() const;
-  std::uint64_t settle_epoch() const;
-  bool settle(std::uint32_t need, Settle* st);
+  bool settle(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, Settle* st);
   static constexpr std::uint64_t kSettleNs = 20'000'000;
   void set_settle_bound(std::uint64_t ns) { settle_ns_ = ns; }  // for tests
 
@@ -261,7 +264,7 @@ class ReuseCache {
   std::atomic<std::uint64_t> last_take_ns_{0};  // when take() last served a block
   std::atomic<bool> refusing_{false};
   std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back or on trial, not yet back
-  std::atomic<std::uint64_t> trials_ended_{0};  // end_trial calls (with the arena's, settle's epoch)
+  std::atomic<std::uint64_t> trials_ended_{0};  // end_trial calls (an epoch for settle)
   // The oldest reuse age seen in this decay period and the one before
   // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
   std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};

@@ -229,7 +229,7 @@ std::uint32_t LargePath::alloc_room(std::uint32_t need, std::uint32_t align_g, s
   cache::ReuseCache::Settle settle = cache_.settle_start();
   std::uint32_t s = a_.alloc(need, align_g, skew, gap);
   if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(need, align_g, skew, gap);
-  while (s == Arena::kNone && cache_.settle(need, &settle)) {
+  while (s == Arena::kNone && cache_.settle(need, align_g, skew, &settle)) {
     cache_.purge(true);  // a block back from trial is cached, not free
     s = a_.alloc(need, align_g, skew, gap);
   }

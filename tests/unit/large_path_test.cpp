@@ -482,7 +482,7 @@ TEST_CASE("large path: an allocation waits for the cache's give-backs under way 
   const bool started = wait_start(g_slow_started);
   // Could not fit even once the block is back: no wait.
   lowtide::cache::ReuseCache::Settle st = r.cache.settle_start();
-  const bool waited_for_too_big = r.cache.settle(r.total, &st);
+  const bool waited_for_too_big = r.cache.settle(r.total, 1, 0, &st);
   void* q = nullptr;
   const Result got = r.path.allocate(kBlock, 16, Origin::malloc, 0, &q);
   decay.join();
@@ -535,11 +535,11 @@ TEST_CASE("large path: settle answers no past its bound after one last try") {
   r.path.release(p, "test");          // cached
   REQUIRE(r.cache.purge(true) != 0);  // a give-back ended since settle_start
   st.until = 1;                       // the bound passed long ago
-  CHECK(r.cache.settle(1, &st));      // the last try
+  CHECK(r.cache.settle(1, 1, 0, &st));      // the last try
   void* q = r.alloc(1 << 20);
   r.path.release(q, "test");
   REQUIRE(r.cache.purge(true) != 0);  // another one ended
-  CHECK_FALSE(r.cache.settle(1, &st));
+  CHECK_FALSE(r.cache.settle(1, 1, 0, &st));
 }
 
 // A give-back that bypasses the cache (a free the cache does not keep, the
@@ -666,12 +666,60 @@ TEST_CASE("large path: an allocation waits for the free extents protect_free hol
   r.release_all(held, got, q);
 }
 
+// protect_free works a batch (64 extents) at a time: the room a batch
+// releases wakes a waiting allocation at once, not when the whole pass ends
+// (found by a review: a pass longer than settle's bound made it fail with
+// its room free for a while). The second batch here waits until the
+// allocation is done (at most 5 s): without the early wake the allocation
+// only returns once the pass has ended.
+namespace {
+std::atomic<int> g_batch_calls{0};
+std::atomic<bool> g_alloc_done{false};
+void batch_protect(void* p, std::size_t len) {
+  const int c = g_batch_calls.fetch_add(1);
+  if (c == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the allocation fails meanwhile
+  } else if (c >= 64) {
+    static const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);  // the first call's
+    while (!g_alloc_done.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
+  pal::decommit(p, len);
+}
+}  // namespace
+
+TEST_CASE("large path: each protect_free batch wakes a waiting allocation") {
+  WaitRig r(kCacheDeps, 0, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, 1000);  // a granule each
+  REQUIRE(held.size() >= 400);
+  // Free: a run of two granules (held[1..2], in the first batch) and 1-granule
+  // holes, enough for a second batch.
+  std::vector<void*> live;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (i == 1 || i == 2 || (i >= 4 && i <= 300 && i % 2 == 0)) r.path.release(held[i], "test");
+    else live.push_back(held[i]);
+  }
+  g_batch_calls.store(0);
+  g_alloc_done.store(false);
+  std::thread locker([&] { r.a.protect_free(batch_protect); });
+  const bool started = wait_start(g_batch_calls);
+  void* q = nullptr;
+  const Result got = r.path.allocate(G, 16, Origin::malloc, 0, &q);  // two granules with its header
+  const bool before_pass_ended = g_batch_calls.load() < 64 + 85;     // the second batch still held
+  g_alloc_done.store(true);
+  locker.join();
+  REQUIRE(started);
+  CHECK(got == Result::ok);
+  CHECK(before_pass_ended);
+  r.release_all(live, got, q);
+}
+
 // The wait is only for requests that could fit once the give-backs under
-// way are over, counting contiguity: a range with free and held granules
-// enough in total, but no run long enough, makes no request wait (a first
+// way are over, counting contiguity and alignment: a range with free and
+// held granules enough in total, but no run long enough (or none aligned as
+// asked), makes no request wait (a first
 // fix that waited for every give-back made never-fitting requests under
 // churn wait their whole bound, each).
-TEST_CASE("large path: settle does not wait for a request longer than any run there will be") {
+TEST_CASE("large path: settle does not wait for a request no run there will be can hold") {
   WaitRig r(kCacheDeps, 0, kSlowDropOps);
   std::vector<void*> held = fill_range(r.path, kMiB);
   REQUIRE(held.size() >= 10);
@@ -686,13 +734,21 @@ TEST_CASE("large path: settle does not wait for a request longer than any run th
   lowtide::cache::ReuseCache::Settle st = r.cache.settle_start();
   std::thread other([&] { r.path.release(slow, "test"); });
   const bool started = wait_start(g_drop_started);
-  CHECK(r.a.room_once_settled() == 17);
-  const bool waited_for_two = r.cache.settle(34, &st);  // 4 x 17 granules in all, no run of 34
-  const bool waited_for_one = r.cache.settle(17, &st);  // fits once it is over: waits for it
+  // The held run: 17 granules, not 2 MiB-aligned (the range is).
+  const std::uint32_t at = r.a.granule_of(slow);
+  REQUIRE(at % 32 != 0);
+  CHECK(r.a.may_fit_once_settled(17, 1, 0, 0));
+  CHECK_FALSE(r.a.may_fit_once_settled(18, 1, 0, 0));
+  CHECK_FALSE(r.a.may_fit_once_settled(17, 32, 0, 0));
+  CHECK(r.a.may_fit_once_settled(17, 1, 0, 17));  // cached extents on their way back may join it
+  const bool waited_for_two = r.cache.settle(34, 1, 0, &st);       // 4 x 17 granules in all, no run of 34
+  const bool waited_for_aligned = r.cache.settle(17, 32, 0, &st);  // long enough, never aligned
+  const bool waited_for_one = r.cache.settle(17, 1, 0, &st);       // fits once it is over: waits for it
   other.join();
   g_drop_armed.store(false);
   REQUIRE(started);
   CHECK_FALSE(waited_for_two);
+  CHECK_FALSE(waited_for_aligned);
   CHECK(waited_for_one);
   r.release_all(live, Result::no_room, nullptr);
 }
