@@ -381,12 +381,15 @@ bool Arena::may_fit_once_settled(std::uint32_t n, std::uint32_t align_g, std::ui
   if (align_g == 0) align_g = 1;
   if (n == 0 || n > granules_ || skew_g >= n || align_g > granules_) return false;  // as alloc
   lock();
-  bool fits = held_unlisted_ != 0;  // not known: any request may fit
+  // Not known (any request may fit), or what is on its way back is room
+  // enough by itself (a range with no free extent at all: review).
+  bool fits = held_unlisted_ != 0 || (extra != 0 && n <= extra);
   // The free extents, as alloc looks at them (give-backs that have ended
   // left their room here). With extra (cached extents on their way back,
   // whose places are not known): any free extent they might join, by
-  // length only.
-  for (int b = extra != 0 ? 0 : bin_of(n); b < kBins && !fits; ++b) {
+  // length only, so from the bin of n - extra (shorter ones cannot fit;
+  // from bin 0, a fragmented range cost 214 us here under the lock).
+  for (int b = bin_of(extra < n ? n - extra : 1); b < kBins && !fits; ++b) {
     for (std::uint32_t s = head_[b]; s != kNone && !fits; s = next_[s]) {
       const std::uint32_t len = tag_[s] & kLenMask;
       fits = extra != 0 ? std::uint64_t{n} <= std::uint64_t{len} + extra

@@ -752,3 +752,65 @@ TEST_CASE("large path: settle does not wait for a request no run there will be c
   CHECK(waited_for_one);
   r.release_all(live, Result::no_room, nullptr);
 }
+
+// The range with no free extent at all (fill_range leaves a short tail;
+// filled here too): what is on its way back from the cache is the only
+// room, and is enough by itself (found by the second review: the fit check
+// then looked only at free extents and held runs, and gave up).
+namespace {
+void fill_rest(LargePath& path, std::vector<void*>& held) {
+  for (std::vector<void*> more = fill_range(path, 1000); void* p : more) held.push_back(p);  // a granule each
+  std::sort(held.begin(), held.end());
+}
+}  // namespace
+
+TEST_CASE("large path: a range with no free extent waits for a cached block on trial") {
+  WaitRig r(kCacheDeps, std::size_t{64} << 20, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 4);
+  fill_rest(r.path, held);
+  REQUIRE(r.a.free_granules() == 0);
+  CHECK(r.a.may_fit_once_settled(17, 1, 0, 17));  // 17 granules on their way back
+  CHECK_FALSE(r.a.may_fit_once_settled(18, 1, 0, 17));
+  void* wp = held[1];
+  const std::uint32_t w = r.a.granule_of(wp);
+  held.erase(held.begin() + 1);
+  r.path.release(wp, "test");
+  REQUIRE(r.cache.cached_bytes() == 17 * G);
+  REQUIRE(r.cache.take_at(w, 17, false));  // on trial
+  std::atomic<bool> done{false};
+  Result got = Result::no_room;
+  void* q = nullptr;
+  std::thread other([&] {
+    got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);
+    done.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool waited = !done.load();
+  REQUIRE(r.cache.put(w, 17, 1));
+  r.cache.end_trial(17);
+  other.join();
+  CHECK(waited);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
+
+TEST_CASE("large path: a range with no free extent waits for the cache's give-back under way") {
+  WaitRig r(kSlowCacheDeps, std::size_t{64} << 20, kFakeOps);
+  std::vector<void*> held = fill_range(r.path, kMiB);
+  REQUIRE(held.size() >= 4);
+  fill_rest(r.path, held);
+  void* victim = held[1];
+  held.erase(held.begin() + 1);
+  r.path.release(victim, "test");  // cached
+  REQUIRE(r.a.free_granules() == 0);
+  g_slow_started.store(0);
+  std::thread decay([&] { r.cache.purge(true); });
+  const bool started = wait_start(g_slow_started);
+  void* q = nullptr;
+  const Result got = r.path.allocate(kMiB, 16, Origin::malloc, 0, &q);
+  decay.join();
+  REQUIRE(started);
+  CHECK(got == Result::ok);
+  r.release_all(held, got, q);
+}
