@@ -106,7 +106,8 @@ void init_once() {
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
-  stats::init();
+  small::configure_cache(g.config.get(Opt::thread_cache));
+  stats::init(&small::cache_flush, &small::cache_bytes);
   cache::init(&small::committed_now, &live::start);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.

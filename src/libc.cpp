@@ -50,6 +50,12 @@ void* fwd_realloc(void* p, std::size_t n) {
   return q;
 }
 
+// This thread's cached small blocks back to mimalloc, so its collect can
+// give their pages back (malloc_trim, lowtide_release).
+void flush_thread_cache() {
+  if (small::ThreadCache* tc = t_local.cache) small::cache_flush(tc);
+}
+
 }  // namespace
 
 void* malloc_slow(std::size_t n) {
@@ -67,6 +73,13 @@ void free_keep_errno(void* p) {
   int* err = stats::errno_of_attached();
   const int saved = *err;
   route::release(p, "free()");
+  *err = saved;
+}
+
+void release_keep_errno(void* p) {
+  int* err = stats::errno_of_attached();
+  const int saved = *err;
+  small::release(p);
   *err = saved;
 }
 
@@ -261,6 +274,7 @@ int trim(std::size_t pad) {
   // back is mimalloc's: pages freed but kept for reuse, on this thread.
   std::size_t before = pal::rss_bytes();
   std::size_t cached = cache::purge(true);
+  flush_thread_cache();
   small::collect();
   std::size_t after = pal::rss_bytes();
   return (cached != 0 || after < before) ? 1 : 0;
@@ -348,6 +362,7 @@ int get_stats(struct ::lowtide_stats* out) {
 std::size_t release_now() {
   std::size_t before = pal::rss_bytes();
   cache::purge(true);
+  flush_thread_cache();
   small::collect();
   std::size_t after = pal::rss_bytes();
   return after < before ? before - after : 0;

@@ -30,6 +30,8 @@ void uncount_small_fast(std::size_t n, stats::Counter call);
 // alone (glibc >= 2.33, POSIX 2024), so it is saved around the call.
 // The free call is already counted (route::release counts the bytes).
 void free_keep_errno(void* p);
+// The same for a small block already counted as freed.
+void release_keep_errno(void* p);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
@@ -47,6 +49,8 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
   }
   const std::size_t u = small::fast_class(n);
   stats::count_small_alloc(st, call, n, u);
+  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
+    if (void* h = small::cache_pop(tc, u); __builtin_expect(h != nullptr, 1)) return h;
   void* p = small::allocate_class(u);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;
@@ -73,13 +77,24 @@ inline void free(void* p) {
   // Not a large block, the gate open (route.hpp), the thread's slot made.
   if (__builtin_expect(!route::settings.free_slow_for(p) && (!stats::kEnabled || st != nullptr), 1)) {
     stats::add(st, stats::free_calls, 1);
-    // (Read with counting compiled out too: the errno decision needs it.)
-    if (const std::uint32_t u = small::quiet_free_size(p); __builtin_expect(u != 0, 1)) {
-      // Sure to make no system call (small_path.hpp): errno stays as it
-      // is without saving it, and mimalloc is reached by a tail call.
+    // (Read with counting compiled out too: the cache and the errno
+    // decision need it.)
+    const unsigned char* page = small::page_of(p);
+    if (const std::uint32_t u = small::page_block_size(page); __builtin_expect(u != 0, 1)) {
       stats::add(st, stats::small_freed, u);
-      small::release(p);
-      return;
+      // Into this thread's cache while its bin has room (every call out of
+      // here is a tail call: no registers to save on the way in).
+      if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
+        if (const unsigned b = small::cache_bin_with_room(tc, u); __builtin_expect(b != 0, 1)) {
+          if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
+          return small::cache_put(tc, b, p);
+        }
+      }
+      // mimalloc, sure to make no system call where the page keeps
+      // another block in use (small_path.hpp): errno stays as it is
+      // without saving it, and mimalloc is reached by a tail call.
+      if (__builtin_expect(small::page_used(page) >= 2, 1)) return small::release(p);
+      return release_keep_errno(p);
     }
     free_keep_errno(p);
     return;

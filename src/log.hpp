@@ -22,5 +22,7 @@ void warn(fmt::format_string<Args...> f, Args&&... args) {
 // Report heap misuse the way glibc does (one line, then abort) so a corrupted
 // heap never keeps running.
 [[noreturn]] void fatal_pointer(const char* what, const void* p);
+// The same with another diagnosis: "lowtide: <what>: <problem> <p>".
+[[noreturn]] void fatal_heap(const char* what, const char* problem, const void* p);
 
 }  // namespace lowtide::log

@@ -372,4 +372,22 @@ std::uint64_t now_ns() {
 
 void yield() { sched_yield(); }
 
+std::uint64_t random_u64() {
+  const int saved = errno;
+  std::uint64_t v = 0;
+  if (::syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == static_cast<long>(sizeof v)) {
+    errno = saved;
+    return v;
+  }
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  v = static_cast<std::uint64_t>(ts.tv_nsec) ^ (static_cast<std::uint64_t>(ts.tv_sec) << 32) ^
+      reinterpret_cast<std::uintptr_t>(&ts) ^ (static_cast<std::uint64_t>(::getpid()) << 17);
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  errno = saved;
+  return v;
+}
+
 }  // namespace lowtide::pal

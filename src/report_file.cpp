@@ -90,22 +90,6 @@ bool expand_path(const char* pattern, char* out) {
 
 namespace {
 
-// 64 unpredictable bits for a temporary name: getrandom(2), or, where it
-// is unavailable or would block, the clock, the pid and stack addresses
-// mixed (still different in every process and every call).
-std::uint64_t random_bits() {
-  std::uint64_t v = 0;
-  if (::syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == static_cast<long>(sizeof v)) return v;
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  v = static_cast<std::uint64_t>(ts.tv_nsec) ^ (static_cast<std::uint64_t>(ts.tv_sec) << 32) ^
-      reinterpret_cast<std::uintptr_t>(&ts) ^ (static_cast<std::uint64_t>(::getpid()) << 17);
-  v ^= v >> 33;
-  v *= 0xff51afd7ed558ccdull;
-  v ^= v >> 33;
-  return v;
-}
-
 // The directory part of target into dir: "." when there is none.
 void dir_of(const char* target, char* dir) {
   const char* slash = std::strrchr(target, '/');
@@ -124,7 +108,7 @@ void dir_of(const char* target, char* dir) {
 // accepts works.
 bool create_new(PathBuf* pb, const char* body, std::size_t n) {
   for (int attempt = 0; attempt < 8; ++attempt) {
-    auto r = fmt::format_to_n(pb->tmp, kPathMax - 1, "{}/.lowtide-{:016x}.tmp", pb->dir, random_bits());
+    auto r = fmt::format_to_n(pb->tmp, kPathMax - 1, "{}/.lowtide-{:016x}.tmp", pb->dir, pal::random_u64());
     if (r.size >= kPathMax - 1) {
       errno = ENAMETOOLONG;
       return false;

@@ -1,5 +1,9 @@
 #include "small_path.hpp"
 
+#include <cerrno>
+
+#include "log.hpp"
+
 namespace lowtide::small {
 
 std::size_t class_exact_max = 0;
@@ -7,6 +11,54 @@ bool class_table_ready = false;
 std::uint16_t class_table[kTableMax / kMinAlign + 1];
 
 bool page_size_direct = false;
+
+std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
+std::uint8_t cache_cap[kCacheBins];
+std::uint16_t cache_class[kCacheBins];
+
+void cache_corrupt(const void* p) { log::fatal_heap("malloc()", "corrupted thread cache at", p); }
+
+void cache_double_free(const void* p) { log::fatal_pointer("free()", p); }
+
+void cache_flush(ThreadCache* tc) {
+  const int saved = errno;
+  for (unsigned b = 0; b < kCacheBins; ++b) {
+    void* q = tc->head[b];
+    const unsigned n = tc->count[b];
+    tc->head[b] = nullptr;
+    tc->count[b] = 0;
+    for (unsigned i = 0; i < n && q != nullptr; ++i) {
+      void* next = *static_cast<void**>(q);
+      mi_free(q);
+      q = next;
+    }
+  }
+  errno = saved;
+}
+
+std::size_t cache_bytes(const ThreadCache* tc) {
+  std::size_t total = 0;
+  for (unsigned b = 1; b < kCacheBins; ++b) total += std::size_t{cache_class[b]} * __atomic_load_n(&tc->count[b], __ATOMIC_RELAXED);
+  return total;
+}
+
+void configure_cache(std::size_t bytes_per_class) {
+  if (!class_table_ready || !page_size_direct || bytes_per_class == 0) return;
+  // One bin per distinct class of the table, smallest first; classes past
+  // the bins' count stay uncached.
+  unsigned next = 1;
+  for (std::size_t r = kMinAlign; r <= kCacheMax; r += kMinAlign) {
+    const std::size_t c = class_table[r / kMinAlign];
+    if (c > kCacheMax || cache_bin[c / kMinAlign] != 0) continue;
+    if (next == kCacheBins) break;
+    const std::size_t cap = bytes_per_class / c;
+    if (cap == 0) continue;
+    cache_bin[c / kMinAlign] = static_cast<std::uint8_t>(next);
+    cache_class[next] = static_cast<std::uint16_t>(c);
+    cache_cap[next] = static_cast<std::uint8_t>(cap < kCacheBlocks ? cap : kCacheBlocks);
+    ++next;
+  }
+}
 
 namespace {
 // One block of r bytes (aligned to `align` when not 0): does the page say

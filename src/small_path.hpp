@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "size_math.hpp"
+#include "thread_cache.hpp"
 
 namespace lowtide::small {
 
@@ -144,6 +145,77 @@ extern bool class_table_ready;  // filled and checked (else malloc's fast path s
 // round-up, with no rounding left to do.
 inline std::size_t fast_class(std::size_t n) { return class_table[(n + kMinAlign - 1) / kMinAlign]; }
 inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
+
+// The thread cache (thread_cache.hpp): each thread keeps up to a few KiB
+// of the small blocks it freed, per size class, and its next malloc of that
+// class takes one back without a call into mimalloc. What it saves is not
+// mimalloc's work but the second library call every operation pays behind
+// an LD_PRELOAD interposer, and, where one thread frees what another made
+// (a queue, a server's request objects), mimalloc's cross-thread free: the
+// freeing thread reuses the block itself. Blocks stay mimalloc's: usable
+// size, realloc and the page a block lives on do not change; a cached block
+// is one mimalloc counts in use, so a bin holds at most cache_cap[bin]
+// blocks (LOWTIDE_THREAD_CACHE bytes per class, at most kCacheBlocks), and a
+// thread's cache is given back to mimalloc at its exit, at malloc_trim and
+// lowtide_release() on that thread.
+//
+// A cached block's first word links to the next; malloc checks it is
+// 16-byte aligned before it follows it, so most stray writes into a freed
+// block stop the process instead of handing out an arbitrary address. A
+// block freed while it is its bin's newest (freed twice with no free of
+// its class between) stops the process too, as glibc's fastbin check does.
+// Nothing else is written into a cached block: a mark in its second word,
+// as glibc's tcache keeps to catch every double free of a cached block, made
+// a malloc+free pair handed between two threads twice as slow here
+// (docs/benchmarks.md).
+inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
+// Blocks a bin holds at most: caps above it made no loop here faster and
+// every cached block can keep a mimalloc page from going back.
+inline constexpr std::size_t kCacheBlocks = 64;
+extern std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
+extern std::uint8_t cache_cap[kCacheBins];  // blocks a bin may hold (0: off)
+extern std::uint16_t cache_class[kCacheBins];  // each bin's class size
+
+[[noreturn]] void cache_corrupt(const void* p);
+
+// malloc: a cached block of class c (from fast_class, so c <= kCacheMax), or NULL.
+inline void* cache_pop(ThreadCache* tc, std::size_t c) {
+  const unsigned b = cache_bin[c / kMinAlign];
+  void* h = tc->head[b];
+  if (h == nullptr) return nullptr;
+  auto* w = static_cast<std::uintptr_t*>(h);
+  const std::uintptr_t next = w[0];
+  if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt(h);
+  tc->head[b] = reinterpret_cast<void*>(next);
+  tc->count[b]--;
+  return h;
+}
+
+// free: the bin block p of class c (from its page) would go to if it has
+// room, else 0 (a class not cached, or its bin full).
+inline unsigned cache_bin_with_room(const ThreadCache* tc, std::size_t c) {
+  if (c > kCacheMax) return 0;
+  const unsigned b = cache_bin[c / kMinAlign];
+  return tc->count[b] < cache_cap[b] ? b : 0;
+}
+// Is p its bin's newest block already (a double free)? Then free stops
+// the process (cache_double_free, out of line).
+inline bool cache_is_head(const ThreadCache* tc, unsigned b, const void* p) { return tc->head[b] == p; }
+inline void cache_put(ThreadCache* tc, unsigned b, void* p) {
+  *static_cast<void**>(p) = tc->head[b];
+  tc->head[b] = p;
+  tc->count[b]++;
+}
+[[noreturn]] void cache_double_free(const void* p);
+
+// Every cached block back to mimalloc (errno kept), the cache left empty.
+void cache_flush(ThreadCache* tc);
+// Bytes the cache holds (its owner's view; another thread's read is a
+// gauge, possibly off by the blocks moving while it reads).
+std::size_t cache_bytes(const ThreadCache* tc);
+// Set the bins' caps from LOWTIDE_THREAD_CACHE (bytes per class; 0: off).
+// After configure(), before the fast paths open.
+void configure_cache(std::size_t bytes_per_class);
 
 // The usable size of p, just returned by allocate(n).
 inline std::size_t usable_of_new(const void* p, std::size_t n) {

@@ -12,6 +12,9 @@ namespace lowtide {
 namespace stats {
 struct Slot;
 }
+namespace small {
+struct ThreadCache;
+}
 
 enum Mode : int { kUninit = 0, kIniting = 1, kReady = 2, kForwarding = 3, kProbing = 4 };
 
@@ -44,6 +47,10 @@ struct ThreadLocal {
   // This thread's errno, found once (stats::attach) so free() can keep
   // errno unchanged without a call to __errno_location on every free.
   int* errno_ptr;
+  // This thread's cache of freed small blocks (small_path.hpp), in its
+  // counter slot; NULL before the slot is made and from its exit
+  // destructor on, when frees go straight to mimalloc.
+  small::ThreadCache* cache;
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));

@@ -57,6 +57,8 @@ Slot retired{};           // counters of gone threads not kept
 std::uint64_t retired_threads = 0;
 pthread_key_t exit_key;
 bool have_key = false;
+void (*flush_cache)(small::ThreadCache*) = nullptr;  // init's: the small path's cache_flush
+std::size_t (*cache_bytes)(const small::ThreadCache*) = nullptr;  // and its cache_bytes
 
 std::atomic<std::uint64_t> large_live{0};
 std::atomic<std::uint64_t> large_peak{0};
@@ -225,6 +227,13 @@ Slot overflow_slot{};
 // why the slot waits in `exiting` rather than being folded here.
 void on_thread_exit(void* v) {
   auto* s = static_cast<Slot*>(v);
+  // Its cached small blocks go back to mimalloc before mimalloc's own exit
+  // destructor may run (it hands a thread's pages on to the others), and
+  // whatever the thread still frees from here on goes straight there.
+  if (small::ThreadCache* tc = t_local.cache) {
+    t_local.cache = nullptr;
+    if (flush_cache != nullptr) flush_cache(tc);
+  }
   // The name it exits with, for its row: a syscall, not a /proc file.
   char name[16];
   std::memcpy(name, s->name, sizeof name);
@@ -268,6 +277,7 @@ Slot* attach() {
     return &overflow_slot;
   }
   t_local.stats = s;
+  t_local.cache = &s->cache;
   // After t_local is set: pthread_setspecific may allocate (keys >= 32),
   // and that allocation must find this slot rather than attach again.
   if (have_key) pthread_setspecific(exit_key, s);
@@ -325,6 +335,9 @@ void read_row(Snapshot* snap, ThreadRow* folded, const Slot* s) {
   ++snap->threads_seen;
   read_slot(s, c, h);
   add_counts(&snap->total, c, h);
+  // A thread's cache is emptied by its exit destructor: what an exited
+  // thread's slot still showed here would be blocks lost to mimalloc.
+  if (cache_bytes != nullptr) snap->small_cached += cache_bytes(&s->cache);
   if (snap->nrows + 1 < snap->cap) {
     ThreadRow* r = &snap->rows[snap->nrows++];
     std::memset(r, 0, sizeof *r);
@@ -378,6 +391,7 @@ void snapshot(Snapshot* snap, bool try_only) {
   snap->partial = !locked;
   snap->nrows = 0;
   snap->threads_seen = 0;
+  snap->small_cached = 0;
   std::memset(&snap->total, 0, sizeof snap->total);
   // One row is kept back for the folded threads: retired ones, the
   // out-of-memory slot, and any thread that registered after the caller
@@ -397,7 +411,9 @@ void snapshot(Snapshot* snap, bool try_only) {
     if (snap->rows[i].alive && snap->rows[i].folded == 0) read_name(snap->rows[i].tid, snap->rows[i].name);
 }
 
-void init() {
+void init(void (*flush)(small::ThreadCache*), std::size_t (*bytes)(const small::ThreadCache*)) {
+  flush_cache = flush;
+  cache_bytes = bytes;
   have_key = pthread_key_create(&exit_key, &on_thread_exit) == 0;
 }
 
@@ -416,6 +432,10 @@ void fork_child() {
     } else {
       unlink_live(s);
       s->alive = 0;
+      // Its cached blocks are the child's copies of another thread's: no
+      // thread here will use or give them back (like that thread's own
+      // mimalloc pages, they stay with the child).
+      std::memset(&s->cache, 0, sizeof s->cache);
       keep_or_retire(s);
     }
     s = next;

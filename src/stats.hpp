@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "state.hpp"
+#include "thread_cache.hpp"
 
 namespace lowtide::stats {
 
@@ -31,7 +32,7 @@ enum Counter : unsigned {
 constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
 
 // A cache line of its own for each slot: threads never write a shared line.
-struct alignas(64) Slot {
+struct alignas(128) Slot {
   std::uint64_t c[kCounters];
   std::uint64_t hist[kHistBuckets];
   // Registry fields, written under the registry lock.
@@ -41,6 +42,9 @@ struct alignas(64) Slot {
   char name[16];
   Slot* next;
   Slot* prev;  // on the list of living threads only (unlinked in O(1) at exit)
+  // The thread's cache of freed small blocks, written by the thread alone
+  // (through t_local.cache) until its exit destructor empties it.
+  small::ThreadCache cache;
 };
 
 Slot* attach();  // slow path: this thread's first counted call
@@ -168,6 +172,7 @@ struct Snapshot {
                              // threads and the exited ones kept (stats.cpp)
   ThreadRow total;
   std::uint64_t large_live, large_peak;
+  std::uint64_t small_cached;  // bytes in the registry's threads' small-block caches
   bool partial;  // a lock was held: read without it
 };
 
@@ -176,7 +181,11 @@ std::size_t registry_size();
 // smallest are folded into the last row). `try_only`: at exit, never wait.
 void snapshot(Snapshot* snap, bool try_only);
 
-void init();  // at first-call init: the thread-exit key
+// At first-call init: the thread-exit key, what empties an exiting
+// thread's small-block cache and what tells the bytes one holds
+// (small::cache_flush and small::cache_bytes; the registry does not call
+// the small path itself).
+void init(void (*flush_cache)(small::ThreadCache*), std::size_t (*cache_bytes)(const small::ThreadCache*));
 void fork_prepare();
 void fork_parent();
 void fork_child();

@@ -13,6 +13,7 @@ std::uint64_t threads(const Snapshot& s) { return s.threads_seen; }
 std::uint64_t large_cached_bytes(const Snapshot&) { return cache::cached_bytes(); }
 std::uint64_t large_cached_peak(const Snapshot&) { return cache::cached_peak(); }
 std::uint64_t large_cached_byte_seconds(const Snapshot&) { return cache::cached_byte_seconds(); }
+std::uint64_t small_thread_cached(const Snapshot& s) { return s.small_cached; }
 }  // namespace gauge
 
 void read_fields(const Snapshot& snap, std::uint64_t* out) {

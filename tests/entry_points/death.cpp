@@ -1,6 +1,8 @@
-// Death tests: an invalid or double free of a LARGE block must print
+// Death tests: an invalid or double free of a LARGE block, and a small block
+// freed twice in a row (the thread cache's newest of its class), must print
 //   lowtide: free(): double free or invalid pointer 0x<ptr>
-// on stderr and abort (SIGABRT). Each case runs in a forked child; the parent
+// on stderr and abort (SIGABRT); so must a malloc that meets a cached small
+// block whose link a write after its free has broken. Each case runs in a forked child; the parent
 // collects the child's stderr through a pipe and waits with a deadline.
 //
 // Only meaningful under lowtide: LOWTIDE_TEST_LIB must be set (the test is
@@ -182,6 +184,37 @@ void case_concurrent_double_free(int fd) {
   }
 }
 
+// A small block freed twice with no other free of its class between: the
+// second free finds it the newest block of its bin in the thread cache.
+void case_small_double_free(int fd) {
+  void* p = malloc(opaque(std::size_t{64}));
+  CHECK(p != nullptr);
+  free(opaque(p));
+  report(fd, p);
+  free(opaque(p));
+}
+
+// The same through operator delete, a class of its own.
+void case_small_delete_twice(int fd) {
+  auto* p = new char[opaque(std::size_t{200})];
+  delete[] opaque(p);
+  report(fd, p);
+  delete[] opaque(p);
+}
+
+// A write into a freed small block (use after free) that breaks the link
+// the thread cache keeps there: the next malloc of its class stops instead
+// of handing out the written value as a block.
+void case_small_link_broken(int fd) {
+  auto* p = static_cast<std::uintptr_t*>(malloc(opaque(std::size_t{48})));
+  CHECK(p != nullptr);
+  free(opaque(p));
+  *static_cast<volatile std::uintptr_t*>(opaque(p)) = 0x4142434445464748;
+  report(fd, p);
+  void* q = malloc(opaque(std::size_t{48}));
+  report(fd, q);  // not reached
+}
+
 // Control: valid large and small alloc/free, exits 0. Guards against a harness
 // that would "pass" every case.
 void case_control(int fd) {
@@ -214,6 +247,10 @@ const Case kCases[] = {
     {"free of a never-allocated address in the range", case_free_never_allocated, true},
     {"delete[] of a pointer into a large array", case_delete_array_middle, true},
     {"the same large block freed by two threads at once", case_concurrent_double_free, true},
+    {"a 64-byte block freed twice in a row", case_small_double_free, true},
+    {"delete[] twice of a 200-byte array", case_small_delete_twice, true},
+    {"malloc after a write into a freed 48-byte block", case_small_link_broken, true,
+     "lowtide: malloc(): corrupted thread cache at"},
 };
 
 std::string read_all_bounded(int fd, double seconds) {
