@@ -76,6 +76,8 @@ void free_keep_errno(void* p) {
   *err = saved;
 }
 
+void open_thread_cache(stats::Slot* st) { t_local.cache = &st->cache; }
+
 void release_keep_errno(void* p) {
   int* err = stats::errno_of_attached();
   const int saved = *err;

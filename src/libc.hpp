@@ -32,6 +32,8 @@ void uncount_small_fast(std::size_t n, stats::Counter call);
 void free_keep_errno(void* p);
 // The same for a small block already counted as freed.
 void release_keep_errno(void* p);
+// Open this thread's cache (small_path.hpp), in its slot.
+void open_thread_cache(stats::Slot* st);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
@@ -89,6 +91,9 @@ inline void free(void* p) {
           if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
           return small::cache_put(tc, b, p);
         }
+      } else if (__builtin_expect(t_local.cache_armed != 0, 0) && small::cache_on &&
+                 st->c[stats::free_calls] >= small::kCacheWarm) {
+        open_thread_cache(st);  // a warm thread: from its next free on
       }
       // mimalloc, sure to make no system call where the page keeps
       // another block in use (small_path.hpp): errno stays as it is

@@ -122,8 +122,7 @@ void thread_name_self(char* out);
 // is refused (a seccomp filter denying tgkill, say).
 enum class ThreadState { alive, gone, unknown };
 ThreadState thread_state(int pid, int tid);
-// 64 unpredictable bits (report files' temporary names, the thread cache's
-// masks): getrandom(2), or, where it is unavailable or would block, the
+// 64 unpredictable bits (report files' temporary names): getrandom(2), or, where it is unavailable or would block, the
 // clock, the pid and a stack address mixed (still different in every
 // process and every call). errno is left as it was.
 std::uint64_t random_u64();

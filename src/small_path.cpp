@@ -15,6 +15,7 @@ bool page_size_direct = false;
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
 std::uint16_t cache_class[kCacheBins];
+bool cache_on = false;
 
 void cache_corrupt(const void* p) { log::fatal_heap("malloc()", "corrupted thread cache at", p); }
 
@@ -56,6 +57,7 @@ void configure_cache(std::size_t bytes_per_class) {
     cache_bin[c / kMinAlign] = static_cast<std::uint8_t>(next);
     cache_class[next] = static_cast<std::uint16_t>(c);
     cache_cap[next] = static_cast<std::uint8_t>(cap < kCacheBlocks ? cap : kCacheBlocks);
+    cache_on = true;
     ++next;
   }
 }

@@ -175,6 +175,17 @@ inline constexpr std::size_t kCacheBlocks = 64;
 extern std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
 extern std::uint8_t cache_cap[kCacheBins];  // blocks a bin may hold (0: off)
 extern std::uint16_t cache_class[kCacheBins];  // each bin's class size
+extern bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
+// A thread caches only from its kCacheWarm-th free on. mimalloc empties a
+// thread's heap in a pthread key destructor made before lowtide's, so it
+// runs first: a block lowtide's destructor gives back after it lands in a
+// segment mimalloc has already handed on (abandoned), which the next thread
+// must reclaim; done by every thread of bench/thread_churn.cpp (one malloc
+// and one free each) that cost 33 us a thread. A thread that makes fewer
+// frees gains nothing from a cache anyway; one that makes many pays that
+// once. (glibc's TLS destructors run before key destructors, but
+// registering one allocates, and glibc aborts when that fails.)
+inline constexpr std::uint64_t kCacheWarm = 256;
 
 [[noreturn]] void cache_corrupt(const void* p);
 

@@ -51,6 +51,10 @@ struct ThreadLocal {
   // counter slot; NULL before the slot is made and from its exit
   // destructor on, when frees go straight to mimalloc.
   small::ThreadCache* cache;
+  // May the cache open (stats::attach: a slot of its own and an exit
+  // destructor; cleared by that destructor)? libc.hpp's free opens it once
+  // the thread has made kCacheWarm frees.
+  std::uint8_t cache_armed;
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));

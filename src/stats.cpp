@@ -222,18 +222,25 @@ Slot* take_slot() {
 // shared, so counts may be lost, but the process never fails for stats.
 Slot overflow_slot{};
 
+// The thread's small-block cache back to mimalloc, once; from then on its
+// frees go straight there and its mallocs take nothing from the cache.
+void close_cache() {
+  t_local.cache_armed = 0;
+  if (small::ThreadCache* tc = t_local.cache) {
+    t_local.cache = nullptr;
+    if (flush_cache != nullptr) flush_cache(tc);
+  }
+}
+
 // The key destructor, on the exiting thread itself. The thread may still
 // allocate after this (t_local.stats keeps pointing at its slot), which is
 // why the slot waits in `exiting` rather than being folded here.
 void on_thread_exit(void* v) {
   auto* s = static_cast<Slot*>(v);
-  // Its cached small blocks go back to mimalloc before mimalloc's own exit
-  // destructor may run (it hands a thread's pages on to the others), and
-  // whatever the thread still frees from here on goes straight there.
-  if (small::ThreadCache* tc = t_local.cache) {
-    t_local.cache = nullptr;
-    if (flush_cache != nullptr) flush_cache(tc);
-  }
+  // Its cached small blocks go back to mimalloc, and whatever the thread
+  // still frees goes straight there (design.md "The thread cache": why a
+  // thread caches only once warm).
+  close_cache();
   // The name it exits with, for its row: a syscall, not a /proc file.
   char name[16];
   std::memcpy(name, s->name, sizeof name);
@@ -277,7 +284,9 @@ Slot* attach() {
     return &overflow_slot;
   }
   t_local.stats = s;
-  t_local.cache = &s->cache;
+  // The cache opens once the thread is warm (libc.hpp's free), and only
+  // with a slot of its own and a key destructor to empty it at exit.
+  t_local.cache_armed = have_key ? 1 : 0;
   // After t_local is set: pthread_setspecific may allocate (keys >= 32),
   // and that allocation must find this slot rather than attach again.
   if (have_key) pthread_setspecific(exit_key, s);

@@ -11,7 +11,7 @@ namespace lowtide::small {
 inline constexpr unsigned kCacheBins = 40;
 
 struct ThreadCache {
-  void* head[kCacheBins];  // each bin's newest block; the next one's address is in its first word, masked
+  void* head[kCacheBins];  // each bin's newest block; the next one's address is in its first word
   std::uint8_t count[kCacheBins];
 };
 

@@ -184,9 +184,15 @@ void case_concurrent_double_free(int fd) {
   }
 }
 
+// A thread caches small blocks from its 256th free on (small_path.hpp).
+void warm_thread_cache() {
+  for (int i = 0; i < 300; ++i) free(opaque(malloc(opaque(std::size_t{16}))));
+}
+
 // A small block freed twice with no other free of its class between: the
 // second free finds it the newest block of its bin in the thread cache.
 void case_small_double_free(int fd) {
+  warm_thread_cache();
   void* p = malloc(opaque(std::size_t{64}));
   CHECK(p != nullptr);
   free(opaque(p));
@@ -196,6 +202,7 @@ void case_small_double_free(int fd) {
 
 // The same through operator delete, a class of its own.
 void case_small_delete_twice(int fd) {
+  warm_thread_cache();
   auto* p = new char[opaque(std::size_t{200})];
   delete[] opaque(p);
   report(fd, p);
@@ -206,6 +213,7 @@ void case_small_delete_twice(int fd) {
 // the thread cache keeps there: the next malloc of its class stops instead
 // of handing out the written value as a block.
 void case_small_link_broken(int fd) {
+  warm_thread_cache();
   auto* p = static_cast<std::uintptr_t*>(malloc(opaque(std::size_t{48})));
   CHECK(p != nullptr);
   free(opaque(p));

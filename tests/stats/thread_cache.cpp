@@ -1,5 +1,5 @@
 // The thread cache (LOWTIDE_THREAD_CACHE, small_path.hpp) seen through the
-// small_thread_cached gauge: a thread keeps at most its cap of a class, the
+// small_thread_cached gauge: a warm thread keeps at most its cap of a class, the
 // cache goes back to mimalloc when the thread exits, calls lowtide_release()
 // or malloc_trim, and a forked child does not count its parent's other
 // threads' caches. With LOWTIDE_THREAD_CACHE=0 nothing is ever cached.
@@ -41,8 +41,21 @@ void wait_for(int s) {
 
 using release_fn = std::size_t (*)();
 
+// A thread caches from its 256th free on (small_path.hpp, kCacheWarm):
+// 300 frees of 16-byte blocks first.
+void warm_up() {
+  for (int i = 0; i < 300; ++i) free(lt::opaque(malloc(lt::opaque(std::size_t{16}))));
+}
+
 void* worker(void*) {
-  wait_for(1);
+  warm_up();
+  // Its warm-up's blocks out of its cache, so the gauge moves by the
+  // ~3 KiB blocks alone.
+  auto release = reinterpret_cast<release_fn>(dlsym(RTLD_DEFAULT, "lowtide_release"));
+  CHECK(release != nullptr);
+  release();
+  stage.store(1);
+  wait_for(2);
   void* p[kFrees];
   for (auto& q : p) {
     q = malloc(lt::opaque(kRequest));
@@ -50,18 +63,17 @@ void* worker(void*) {
   }
   for (auto* q : p) free(lt::opaque(q));
   if (after == After::release) {
-    auto fn = reinterpret_cast<release_fn>(dlsym(RTLD_DEFAULT, "lowtide_release"));
-    CHECK(fn != nullptr);
-    fn();
+    release();
   } else if (after == After::trim) {
     malloc_trim(0);
   }
-  stage.store(2);
-  wait_for(3);
+  stage.store(3);
+  wait_for(4);
   return nullptr;
 }
 
 std::uint64_t cached() { return lt::read_stats().small_thread_cached; }
+
 
 // One worker: what its frees added to the gauge, and what its end left.
 void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork_too) {
@@ -69,9 +81,10 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
   after = how;
   pthread_t t;
   CHECK(pthread_create(&t, nullptr, worker, nullptr) == 0);
+  wait_for(1);
   const std::uint64_t before = cached();
-  stage.store(1);
-  wait_for(2);
+  stage.store(2);
+  wait_for(3);
   const std::uint64_t during = cached();
   CHECK(during == before + want_added, "the worker's frees added %llu bytes to the gauge, expected %llu",
         static_cast<unsigned long long>(during - before), static_cast<unsigned long long>(want_added));
@@ -100,7 +113,7 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
     CHECK(lt::wait_bounded(pid, 15, &status), "the child did not finish");
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %#x)", status);
   }
-  stage.store(3);
+  stage.store(4);
   CHECK(pthread_join(t, nullptr) == 0);
   const std::uint64_t end = cached();
   CHECK(end == before + want_left, "after the worker's end the gauge is %llu above where it started, expected %llu",
@@ -110,6 +123,7 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
 }  // namespace
 
 int main() {
+  warm_up();
   const char* env = std::getenv("LOWTIDE_THREAD_CACHE");
   void* probe = malloc(lt::opaque(kRequest));
   cls = malloc_usable_size(probe);
