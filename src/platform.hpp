@@ -122,9 +122,10 @@ void thread_name_self(char* out);
 // is refused (a seccomp filter denying tgkill, say).
 enum class ThreadState { alive, gone, unknown };
 ThreadState thread_state(int pid, int tid);
-// 64 unpredictable bits (report files' temporary names): getrandom(2), or, where it is unavailable or would block, the
-// clock, the pid and a stack address mixed (still different in every
-// process and every call). errno is left as it was.
+// 64 unpredictable bits (report files' temporary names): getrandom(2), or,
+// where it is unavailable or would block, the clock, the pid and a stack
+// address mixed (still different in every process and every call). errno
+// is left as it was.
 std::uint64_t random_u64();
 // CLOCK_MONOTONIC in nanoseconds: every age and interval lowtide measures.
 std::uint64_t now_ns();

@@ -32,7 +32,7 @@ enum Counter : unsigned {
 constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
 
 // A cache line of its own for each slot: threads never write a shared line.
-struct alignas(128) Slot {
+struct alignas(64) Slot {
   std::uint64_t c[kCounters];
   std::uint64_t hist[kHistBuckets];
   // Registry fields, written under the registry lock.
