@@ -103,6 +103,12 @@ class ReuseCache {
   // least the minimum age, at most the decay period (kBusyAgeFactor times it
   // while the cache is being drawn from). Lock-free (a view of what takes
   // recorded).
+  // Unless the process has stopped asking for large blocks: no request (a
+  // take, hit or miss) for longer than reuse_keep() of the longest time it
+  // went between two requests in the last two decay periods, and at least
+  // the minimum age, means nothing is about to take a block, and the
+  // minimum age applies (a batch built, then freed for good: issue 14's 0.2 s
+  // target). Fewer than two requests in that window: no such rule.
   std::uint64_t keep_age(std::uint64_t now) const;
 
   // Try to keep the extent [start, start+n) (still "used" in the arena, pages
@@ -242,6 +248,7 @@ class ReuseCache {
   std::size_t give_back(const Entry* out, const Reason* why, int n);
   void unlock_giving(const Entry* out, int n);
   void note_reuse(std::uint64_t now, std::uint64_t age);  // under mu_
+  void note_request(std::uint64_t now);                   // lock-free
   void account_time(std::uint64_t now);                   // under mu_, before bytes_held_ changes
   std::uint32_t cut(int i, std::uint32_t want);
   int oldest() const;
@@ -268,6 +275,13 @@ class ReuseCache {
   // The oldest reuse age seen in this decay period and the one before
   // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
   std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};
+  // The last request (take) and the longest time between two requests in
+  // this decay period and the one before (gap_since_ns_ starts this one),
+  // for keep_age's idle rule. Lock-free and approximate: two threads
+  // requesting at once may lose one gap, never add one that did not happen.
+  static constexpr std::uint64_t kNoRequest = UINT64_MAX;
+  std::atomic<std::uint64_t> last_request_ns_{kNoRequest};
+  std::atomic<std::uint64_t> gap_now_{0}, gap_before_{0}, gap_since_ns_{0};
   Ghost ghosts_[kGhosts] = {};  // under mu_
   int next_ghost_ = 0;          // under mu_
   std::atomic<bool> have_ghosts_{false};

@@ -350,6 +350,58 @@ TEST_CASE("cache: a reuse at age A keeps blocks reuse_keep(A), for two decay per
   CHECK(r.c.keep_age(fake_now) == kMin);
 }
 
+TEST_CASE("cache: once the process stops asking for blocks, what it frees goes back at the minimum age") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay * 100, kMin);  // a long decay period: only the reuse rules act
+  // A batch reused slowly: a block taken at age 3 * kMin (keep 4.5 * kMin),
+  // while the process asks for a block every kMin / 10 (the misses count).
+  Extent a = r.used(2), b = r.used(2);
+  REQUIRE(r.put(a));
+  std::uint32_t got = 0;
+  fake_now = 3 * kMin;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
+  r.live.push_back(a);
+  for (int i = 1; i <= 10; ++i) {
+    fake_now = 3 * kMin + static_cast<std::uint64_t>(i) * (kMin / 10);
+    CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  }
+  const std::uint64_t last = fake_now;
+  CHECK(r.c.keep_age(last) == ReuseCache::reuse_keep(3 * kMin));
+  // The last batch is freed and nothing asks again: kept the minimum age
+  // after the last request, not 4.5 * kMin.
+  REQUIRE(r.put(b));
+  fake_now = last + kMin - 1;
+  CHECK(r.c.keep_age(fake_now) == ReuseCache::reuse_keep(3 * kMin));
+  CHECK(r.c.purge(false) == 0);
+  fake_now = last + kMin;
+  CHECK(r.c.keep_age(fake_now) == kMin);
+  CHECK(r.c.purge(false) == b.bytes());
+  CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::demand)] == b.bytes());
+  // Asking again ends it.
+  CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  CHECK(r.c.keep_age(fake_now) == ReuseCache::reuse_keep(3 * kMin));
+}
+
+TEST_CASE("cache: a process that asks every T is idle only reuse_keep(T) after its last request") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  constexpr std::uint64_t kT = 5 * kMin / 2;  // requests farther apart than the minimum age
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay * 100, kMin);
+  Extent a = r.used(2);
+  REQUIRE(r.put(a));
+  std::uint32_t got = 0;
+  fake_now = kT;  // reused at kT: kept reuse_keep(kT)
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
+  r.live.push_back(a);
+  // One request alone says nothing of the process's pace: no idle rule.
+  CHECK(r.c.keep_age(kT + 10 * kMin) == ReuseCache::reuse_keep(kT));
+  fake_now = 2 * kT;
+  CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  CHECK(r.c.keep_age(2 * kT + ReuseCache::reuse_keep(kT) - 1) == ReuseCache::reuse_keep(kT));
+  CHECK(r.c.keep_age(2 * kT + ReuseCache::reuse_keep(kT)) == kMin);
+}
+
 TEST_CASE("cache: a miss that a block given back early would have served teaches the keep age") {
   constexpr std::uint64_t kMin = kDecay / 10;
   Rig r(64 * G);
