@@ -86,6 +86,7 @@ void after_fork_child() {
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
   stats::fork_child();
+  small::shelf_fork_child();
   sites::fork_child();
   report::on_fork_child();
   limit::fork_child();
@@ -107,7 +108,7 @@ void init_once() {
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
   small::configure_cache(g.config.get(Opt::thread_cache));
-  stats::init(&small::cache_flush, &small::cache_bytes);
+  stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes);
   cache::init(&small::committed_now, &live::start);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.

@@ -54,6 +54,7 @@ void* fwd_realloc(void* p, std::size_t n) {
 // give their pages back (malloc_trim, lowtide_release).
 void flush_thread_cache() {
   if (small::ThreadCache* tc = t_local.cache) small::cache_flush(tc);
+  small::shelf_flush();
 }
 
 }  // namespace
@@ -77,6 +78,20 @@ void free_keep_errno(void* p) {
 }
 
 void open_thread_cache(stats::Slot* st) { t_local.cache = &st->cache; }
+
+void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
+  const unsigned b = small::cache_bin[u / kMinAlign];
+  if (small::cache_is_head(tc, b, p)) small::cache_double_free(p);
+  if (small::shelf_give(tc, b)) return small::cache_put(tc, b, p);
+  if (small::page_used(page) >= 2) return small::release(p);
+  release_keep_errno(p);
+}
+
+void* shelf_take_opening(stats::Slot* st, std::size_t u) {
+  if (t_local.cache_armed == 0 || !small::cache_on || st->c[stats::malloc_calls] < small::kCacheWarm) return nullptr;
+  open_thread_cache(st);
+  return small::shelf_take(t_local.cache, u);
+}
 
 void release_keep_errno(void* p) {
   int* err = stats::errno_of_attached();

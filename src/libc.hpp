@@ -34,6 +34,13 @@ void free_keep_errno(void* p);
 void release_keep_errno(void* p);
 // Open this thread's cache (small_path.hpp), in its slot.
 void open_thread_cache(stats::Slot* st);
+// free of a block whose bin is full: the bin onto the shelf and p into the
+// emptied bin, else p to mimalloc (errno kept).
+void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u);
+// malloc of class u by a thread with no cache yet while u's shelf holds
+// bins: a warm thread opens its cache and takes one (kCacheWarm mallocs:
+// a producer that never frees); NULL otherwise.
+void* shelf_take_opening(stats::Slot* st, std::size_t u);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
@@ -51,8 +58,13 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
   }
   const std::size_t u = small::fast_class(n);
   stats::count_small_alloc(st, call, n, u);
-  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
+  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
     if (void* h = small::cache_pop(tc, u); __builtin_expect(h != nullptr, 1)) return h;
+    if (small::shelf_has(u))
+      if (void* h = small::shelf_take(tc, u)) return h;
+  } else if (stats::kEnabled && __builtin_expect(small::shelf_has(u), 0)) {
+    if (void* h = shelf_take_opening(st, u)) return h;
+  }
   void* p = small::allocate_class(u);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;
@@ -91,6 +103,8 @@ inline void free(void* p) {
           if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
           return small::cache_put(tc, b, p);
         }
+        // A cached class whose bin is full: the bin to the shelf.
+        if (u <= small::kCacheMax && small::cache_bin[u / kMinAlign] != 0) return free_to_shelf(tc, p, page, u);
       } else if (__builtin_expect(t_local.cache_armed != 0, 0) && small::cache_on &&
                  st->c[stats::free_calls] >= small::kCacheWarm) {
         open_thread_cache(st);  // a warm thread: from its next free on

@@ -21,6 +21,10 @@ void cache_corrupt(const void* p) { log::fatal_heap("malloc()", "corrupted threa
 
 void cache_double_free(const void* p) { log::fatal_pointer("free()", p); }
 
+namespace {
+void free_list(void* q, unsigned n);
+}
+
 void cache_flush(ThreadCache* tc) {
   const int saved = errno;
   for (unsigned b = 0; b < kCacheBins; ++b) {
@@ -28,13 +32,91 @@ void cache_flush(ThreadCache* tc) {
     const unsigned n = tc->count[b];
     tc->head[b] = nullptr;
     tc->count[b] = 0;
-    for (unsigned i = 0; i < n && q != nullptr; ++i) {
-      void* next = *static_cast<void**>(q);
-      mi_free(q);
-      q = next;
-    }
+    free_list(q, n);
   }
   errno = saved;
+}
+
+Shelf shelf[kCacheBins];
+
+namespace {
+bool shelf_lock(Shelf* sh) { return !__atomic_test_and_set(&sh->busy, __ATOMIC_ACQUIRE); }
+void shelf_unlock(Shelf* sh) { __atomic_clear(&sh->busy, __ATOMIC_RELEASE); }
+
+void free_list(void* q, unsigned n) {
+  for (unsigned i = 0; i < n && q != nullptr; ++i) {
+    void* next = *static_cast<void**>(q);
+    mi_free(q);
+    q = next;
+  }
+}
+}  // namespace
+
+bool shelf_give(ThreadCache* tc, unsigned b) {
+  Shelf* sh = &shelf[b];
+  if (__atomic_load_n(&sh->n, __ATOMIC_RELAXED) >= kShelfBins || !shelf_lock(sh)) return false;
+  const unsigned n = sh->n;
+  const bool room = n < kShelfBins;
+  if (room) {
+    sh->head[n] = tc->head[b];
+    sh->count[n] = tc->count[b];
+    __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n + 1), __ATOMIC_RELAXED);
+  }
+  shelf_unlock(sh);
+  if (!room) return false;
+  tc->head[b] = nullptr;
+  __atomic_store_n(&tc->count[b], 0, __ATOMIC_RELAXED);
+  return true;
+}
+
+void* shelf_take(ThreadCache* tc, std::size_t c) {
+  const unsigned b = cache_bin[c / kMinAlign];
+  Shelf* sh = &shelf[b];
+  if (!shelf_lock(sh)) return nullptr;
+  const unsigned n = sh->n;
+  if (n != 0) {
+    tc->head[b] = sh->head[n - 1];
+    tc->count[b] = sh->count[n - 1];
+    __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n - 1), __ATOMIC_RELAXED);
+  }
+  shelf_unlock(sh);
+  return n != 0 ? cache_pop(tc, c) : nullptr;
+}
+
+void shelf_flush() {
+  const int saved = errno;
+  for (Shelf& sh : shelf) {
+    if (__atomic_load_n(&sh.n, __ATOMIC_RELAXED) == 0 || !shelf_lock(&sh)) continue;
+    void* head[kShelfBins];
+    std::uint8_t count[kShelfBins];
+    const unsigned n = sh.n;
+    for (unsigned i = 0; i < n; ++i) {
+      head[i] = sh.head[i];
+      count[i] = sh.count[i];
+    }
+    __atomic_store_n(&sh.n, 0, __ATOMIC_RELAXED);
+    shelf_unlock(&sh);
+    for (unsigned i = 0; i < n; ++i) free_list(head[i], count[i]);
+  }
+  errno = saved;
+}
+
+std::size_t shelf_bytes() {
+  std::size_t total = 0;
+  for (unsigned b = 1; b < kCacheBins; ++b) {
+    const unsigned n = __atomic_load_n(&shelf[b].n, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < n && i < kShelfBins; ++i)
+      total += std::size_t{cache_class[b]} * __atomic_load_n(&shelf[b].count[i], __ATOMIC_RELAXED);
+  }
+  return total;
+}
+
+void shelf_fork_child() {
+  for (Shelf& sh : shelf) {
+    if (sh.busy == 0) continue;
+    sh.n = 0;
+    sh.busy = 0;
+  }
 }
 
 std::size_t cache_bytes(const ThreadCache* tc) {

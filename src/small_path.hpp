@@ -219,6 +219,41 @@ inline void cache_put(ThreadCache* tc, unsigned b, void* p) {
 }
 [[noreturn]] void cache_double_free(const void* p);
 
+// The shelf: where one thread frees what another made (a queue's consumer,
+// a server's worker freeing request objects), the freeing thread's bin
+// fills and each later free was mimalloc's cross-thread free, while the
+// making thread found its own bin empty and called mimalloc for every
+// block. A full bin is handed whole to its class's shelf (at most
+// kShelfBins bins a class), and a thread whose bin is empty takes a whole
+// bin from it: a list moves, no block is touched. Try-lock only: a busy
+// shelf means mimalloc, as without one, so nothing here ever waits (fork,
+// signal handlers). What shelves hold is bounded by kShelfBins times the
+// bins' caps (16 KiB a class by default: at most 64 KiB a class).
+inline constexpr unsigned kShelfBins = 4;
+struct alignas(64) Shelf {
+  std::uint8_t busy;                // the try-lock (__atomic_test_and_set)
+  std::uint8_t n;                   // bins on the shelf (read without the lock as a hint)
+  std::uint8_t count[kShelfBins];
+  void* head[kShelfBins];
+};
+extern Shelf shelf[kCacheBins];
+
+// free, p's bin full: the bin goes on the shelf if there is room (then p
+// starts it again) and true; false: p is not cached.
+bool shelf_give(ThreadCache* tc, unsigned b);
+// malloc, the bin of class c empty: a bin from the shelf, its first block
+// handed out; NULL if the shelf is empty or busy.
+inline bool shelf_has(std::size_t c) { return __atomic_load_n(&shelf[cache_bin[c / kMinAlign]].n, __ATOMIC_RELAXED) != 0; }
+void* shelf_take(ThreadCache* tc, std::size_t c);
+// Every shelved block back to mimalloc (malloc_trim, lowtide_release;
+// errno kept); a busy shelf is left as it is.
+void shelf_flush();
+// Bytes on the shelves (a gauge: bins move while it reads).
+std::size_t shelf_bytes();
+// In a fork child: a shelf another thread held at the fork is emptied (its
+// bins may be half moved; their blocks stay with the child, unused).
+void shelf_fork_child();
+
 // Every cached block back to mimalloc (errno kept), the cache left empty.
 void cache_flush(ThreadCache* tc);
 // Bytes the cache holds (its owner's view; another thread's read is a

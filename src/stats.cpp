@@ -58,6 +58,7 @@ std::uint64_t retired_threads = 0;
 pthread_key_t exit_key;
 bool have_key = false;
 void (*flush_cache)(small::ThreadCache*) = nullptr;  // init's: the small path's cache_flush
+std::size_t (*shelf_bytes)() = nullptr;  // init's: the small path's shelf_bytes
 std::size_t (*cache_bytes)(const small::ThreadCache*) = nullptr;  // and its cache_bytes
 
 std::atomic<std::uint64_t> large_live{0};
@@ -409,6 +410,7 @@ void snapshot(Snapshot* snap, bool try_only) {
   std::memset(&folded, 0, sizeof folded);
   read_registry(snap, &folded);
   read_retired(snap, &folded);
+  if (shelf_bytes != nullptr) snap->small_cached += shelf_bytes();
   if (folded.folded != 0 && snap->nrows < snap->cap) snap->rows[snap->nrows++] = folded;
   snap->large_live = large_live.load(std::memory_order_relaxed);
   snap->large_peak = large_peak.load(std::memory_order_relaxed);
@@ -420,9 +422,11 @@ void snapshot(Snapshot* snap, bool try_only) {
     if (snap->rows[i].alive && snap->rows[i].folded == 0) read_name(snap->rows[i].tid, snap->rows[i].name);
 }
 
-void init(void (*flush)(small::ThreadCache*), std::size_t (*bytes)(const small::ThreadCache*)) {
+void init(void (*flush)(small::ThreadCache*), std::size_t (*bytes)(const small::ThreadCache*),
+          std::size_t (*shelved)()) {
   flush_cache = flush;
   cache_bytes = bytes;
+  shelf_bytes = shelved;
   have_key = pthread_key_create(&exit_key, &on_thread_exit) == 0;
 }
 

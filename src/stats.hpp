@@ -172,7 +172,7 @@ struct Snapshot {
                              // threads and the exited ones kept (stats.cpp)
   ThreadRow total;
   std::uint64_t large_live, large_peak;
-  std::uint64_t small_cached;  // bytes in the registry's threads' small-block caches
+  std::uint64_t small_cached;  // bytes in the registry's threads' small-block caches and on the shelves
   bool partial;  // a lock was held: read without it
 };
 
@@ -182,10 +182,11 @@ std::size_t registry_size();
 void snapshot(Snapshot* snap, bool try_only);
 
 // At first-call init: the thread-exit key, what empties an exiting
-// thread's small-block cache and what tells the bytes one holds
-// (small::cache_flush and small::cache_bytes; the registry does not call
-// the small path itself).
-void init(void (*flush_cache)(small::ThreadCache*), std::size_t (*cache_bytes)(const small::ThreadCache*));
+// thread's small-block cache, what tells the bytes one holds and the bytes
+// on the shelves (small::cache_flush, small::cache_bytes,
+// small::shelf_bytes; the registry does not call the small path itself).
+void init(void (*flush_cache)(small::ThreadCache*), std::size_t (*cache_bytes)(const small::ThreadCache*),
+          std::size_t (*shelf_bytes)());
 void fork_prepare();
 void fork_parent();
 void fork_child();

@@ -1,7 +1,10 @@
 // The thread cache (LOWTIDE_THREAD_CACHE, small_path.hpp) seen through the
-// small_thread_cached gauge: a warm thread keeps at most its cap of a class, the
-// cache goes back to mimalloc when the thread exits, calls lowtide_release()
-// or malloc_trim, and a forked child does not count its parent's other
+// small_thread_cached gauge: a warm thread keeps at most its cap of a class,
+// a full bin goes whole onto its class's shelf (at most 4 bins a class) and
+// a thread whose bin is empty takes one from there (a producer's mallocs
+// served by what its consumer freed); a thread's cache goes back to mimalloc
+// when the thread exits, calls lowtide_release() or malloc_trim, which give
+// back the shelves too; a forked child does not count its parent's other
 // threads' caches. With LOWTIDE_THREAD_CACHE=0 nothing is ever cached.
 //
 // The blocks are of a class nothing else in this process frees (the one
@@ -24,11 +27,12 @@
 namespace {
 
 constexpr std::size_t kRequest = 3000;
-constexpr int kFrees = 40;  // more than any cap of a ~3 KiB class
+constexpr int kFrees = 80;  // more than a bin and full shelves hold of a ~3 KiB class
+constexpr std::size_t kShelfBins = 4;  // the documented bound (configuration.md)
 
 std::atomic<int> stage{0};
 std::size_t cls = 0, cap = 0;  // the class's size and the blocks a thread may keep of it
-enum class After { exit, release, trim };
+enum class After { exit, release, trim, produce };
 After after = After::exit;
 
 void wait_for(int s) {
@@ -72,11 +76,27 @@ void* worker(void*) {
   return nullptr;
 }
 
+// A producer that never frees: warm by its mallocs alone (no cache of its
+// own yet), it mallocs one block of the class while the shelf holds the
+// worker's bins: it opens its cache, takes a whole bin and hands out its
+// first block; its exit gives back the rest of that bin.
+void* small_blocks[300];
+void* producer(void*) {
+  for (auto& q : small_blocks) q = malloc(lt::opaque(std::size_t{16}));
+  void* q = malloc(lt::opaque(kRequest));
+  CHECK(q != nullptr);
+  return q;
+}
+
 std::uint64_t cached() { return lt::read_stats().small_thread_cached; }
 
 
-// One worker: what its frees added to the gauge, and what its end left.
+// One worker: what its frees added to the gauge, and what its end left;
+// then the main thread gives back the shelves (and its own cache).
 void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork_too) {
+  auto release = reinterpret_cast<release_fn>(dlsym(RTLD_DEFAULT, "lowtide_release"));
+  CHECK(release != nullptr);
+  release();
   stage.store(0);
   after = how;
   pthread_t t;
@@ -88,36 +108,58 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
   const std::uint64_t during = cached();
   CHECK(during == before + want_added, "the worker's frees added %llu bytes to the gauge, expected %llu",
         static_cast<unsigned long long>(during - before), static_cast<unsigned long long>(want_added));
+  const std::uint64_t shelved = want_added == 0 ? 0 : want_added - cap * cls;
   if (fork_too) {
     // The worker is still alive and holds its cache: the child has no such
-    // thread, so its gauge is the main thread's alone.
+    // thread, so its gauge is the main thread's and the shelves'.
     const pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
       alarm(10);
       const std::uint64_t in_child = cached();
-      if (in_child != before) {
-        std::fprintf(stderr, "FAIL: the child counts %llu cached bytes, its only thread %llu\n",
-                     static_cast<unsigned long long>(in_child), static_cast<unsigned long long>(before));
+      if (in_child != before + shelved) {
+        std::fprintf(stderr, "FAIL: the child counts %llu cached bytes, its only thread and the shelves %llu\n",
+                     static_cast<unsigned long long>(in_child), static_cast<unsigned long long>(before + shelved));
         _exit(1);
       }
       // The child's own thread caches as usual: two blocks of the class
-      // (the first is the one main() freed, taken back), both freed.
+      // (from a shelved bin, or mimalloc with the cache off), both freed
+      // into its bin: the bytes moved from the shelf to the bin.
       void* q = malloc(lt::opaque(kRequest));
       void* r = malloc(lt::opaque(kRequest));
       free(lt::opaque(q));
       free(lt::opaque(r));
-      _exit(cached() == before + (cap >= 2 ? cls : 0) ? 0 : 2);
+      _exit(cached() == in_child ? 0 : 2);
     }
     int status = 0;
     CHECK(lt::wait_bounded(pid, 15, &status), "the child did not finish");
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %#x)", status);
   }
+  if (how == After::produce) {
+    // A producer thread's malloc takes a whole shelved bin: the gauge drops
+    // by that bin (one block handed out, the rest given back at its exit).
+    pthread_t pt;
+    void* got = nullptr;
+    CHECK(pthread_create(&pt, nullptr, producer, nullptr) == 0);
+    CHECK(pthread_join(pt, &got) == 0);
+    const std::uint64_t after_take = cached();
+    CHECK(after_take == during - (shelved != 0 ? cap * cls : 0),
+          "a producer's malloc took %llu bytes off the gauge, expected %llu (one shelved bin)",
+          static_cast<unsigned long long>(during - after_take),
+          static_cast<unsigned long long>(shelved != 0 ? cap * cls : 0));
+    free(lt::opaque(got));
+    for (auto* q : small_blocks) free(lt::opaque(q));
+  }
   stage.store(4);
   CHECK(pthread_join(t, nullptr) == 0);
   const std::uint64_t end = cached();
-  CHECK(end == before + want_left, "after the worker's end the gauge is %llu above where it started, expected %llu",
-        static_cast<unsigned long long>(end - before), static_cast<unsigned long long>(want_left));
+  if (how != After::produce)
+    CHECK(end == before + want_left,
+          "after the worker's end the gauge is %llu above where it started, expected %llu",
+          static_cast<unsigned long long>(end - before), static_cast<unsigned long long>(want_left));
+  release();
+  CHECK(cached() == 0, "lowtide_release() gave back the shelves: %llu bytes left",
+        static_cast<unsigned long long>(cached()));
 }
 
 }  // namespace
@@ -135,14 +177,17 @@ int main() {
   if (env != nullptr) per_class = std::strtoull(env, nullptr, 10);  // plain bytes in this test
   cap = per_class / cls;
   if (cap > 64) cap = 64;
-  CHECK(cap < static_cast<std::size_t>(kFrees));
-  const std::uint64_t kept = cap * cls;
-  if (env == nullptr) CHECK(kept > 0, "a ~3 KiB class is cached by default");
+  CHECK((kShelfBins + 1) * cap < static_cast<std::size_t>(kFrees));
+  // The worker's frees fill its bin, then each full bin goes onto the
+  // shelf (4 at most), then its bin fills again; the rest go to mimalloc.
+  const std::uint64_t bin = cap * cls, kept = (kShelfBins + 1) * bin;
+  if (env == nullptr) CHECK(bin > 0, "a ~3 KiB class is cached by default");
 
-  run(After::exit, kept, 0, false);     // given back at the thread's exit
-  run(After::release, 0, 0, false);     // lowtide_release() empties the caller's cache
-  run(After::trim, 0, 0, false);        // and so does malloc_trim
-  run(After::exit, kept, 0, true);      // a child does not count the parent's workers
+  run(After::exit, kept, kept - bin, false);  // its own bin given back at its exit, the shelves stay
+  run(After::release, 0, 0, false);           // lowtide_release() empties the caller's cache and the shelves
+  run(After::trim, 0, 0, false);              // and so does malloc_trim
+  run(After::exit, kept, kept - bin, true);   // a child does not count the parent's workers
+  run(After::produce, kept, 0, false);        // a producer takes from the shelf
   std::printf("ok: cap %zu blocks of %zu bytes\n", cap, cls);
   return 0;
 }
