@@ -77,20 +77,32 @@ void free_keep_errno(void* p) {
   *err = saved;
 }
 
-void open_thread_cache(stats::Slot* st) { t_local.cache = &st->cache; }
+void open_thread_cache(stats::Slot* st) {
+  st->cache.heap = small::thread_heap();
+  t_local.cache = &st->cache;
+}
 
 void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
   const unsigned b = small::cache_bin[u / kMinAlign];
   if (small::cache_is_head(tc, b, p)) small::cache_double_free(p);
-  if (small::shelf_give(tc, b)) return small::cache_put(tc, b, p);
+  if (small::shelf_wanted(tc, page) && small::shelf_give(tc, b)) return small::cache_put(tc, b, p);
   if (small::page_used(page) >= 2) return small::release(p);
   release_keep_errno(p);
 }
 
-void* shelf_take_opening(stats::Slot* st, std::size_t u) {
-  if (t_local.cache_armed == 0 || !small::cache_on || st->c[stats::malloc_calls] < small::kCacheWarm) return nullptr;
-  open_thread_cache(st);
-  return small::shelf_take(t_local.cache, u);
+void* shelf_alloc(stats::Slot* st, std::size_t n, stats::Counter call) {
+  const std::size_t u = small::fast_class(n);
+  small::ThreadCache* tc = t_local.cache;
+  if (tc == nullptr && stats::kEnabled && t_local.cache_armed != 0 && small::cache_on &&
+      st->c[stats::malloc_calls] >= small::kCacheWarm) {
+    open_thread_cache(st);
+    tc = t_local.cache;
+  }
+  if (tc != nullptr)
+    if (void* h = small::shelf_take(tc, u)) return h;
+  void* p = small::allocate_class(u);
+  if (p == nullptr) uncount_small_fast(n, call);
+  return p;
 }
 
 void release_keep_errno(void* p) {

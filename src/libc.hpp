@@ -37,10 +37,12 @@ void open_thread_cache(stats::Slot* st);
 // free of a block whose bin is full: the bin onto the shelf and p into the
 // emptied bin, else p to mimalloc (errno kept).
 void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u);
-// malloc of class u by a thread with no cache yet while u's shelf holds
-// bins: a warm thread opens its cache and takes one (kCacheWarm mallocs:
-// a producer that never frees); NULL otherwise.
-void* shelf_take_opening(stats::Slot* st, std::size_t u);
+// small_fast's rest when the thread's bin of n's class is empty (or it has
+// no cache yet) while the class's shelf holds bins: a bin from the shelf,
+// its first block handed out; a thread with no cache opens one if it is
+// warm (kCacheWarm mallocs: a producer that never frees). Else mimalloc,
+// as small_fast (NULL: take the slow path, the counts taken back).
+void* shelf_alloc(stats::Slot* st, std::size_t n, stats::Counter call);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
@@ -58,13 +60,11 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
   }
   const std::size_t u = small::fast_class(n);
   stats::count_small_alloc(st, call, n, u);
-  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
+  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
     if (void* h = small::cache_pop(tc, u); __builtin_expect(h != nullptr, 1)) return h;
-    if (small::shelf_has(u))
-      if (void* h = small::shelf_take(tc, u)) return h;
-  } else if (stats::kEnabled && __builtin_expect(small::shelf_has(u), 0)) {
-    if (void* h = shelf_take_opening(st, u)) return h;
-  }
+  // (A tail call: nothing lives across it, so the path above saves no
+  // registers.)
+  if (__builtin_expect(small::shelf_has(u), 0)) return shelf_alloc(st, n, call);
   void* p = small::allocate_class(u);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;

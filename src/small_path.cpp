@@ -11,6 +11,9 @@ bool class_table_ready = false;
 std::uint16_t class_table[kTableMax / kMinAlign + 1];
 
 bool page_size_direct = false;
+bool page_heap_known = false;
+
+const void* thread_heap() { return mi_heap_get_default(); }
 
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
@@ -190,6 +193,20 @@ bool used_count_agrees() {
 }
 }  // namespace
 
+// The page records its owning heap where page_heap reads it: a block of
+// this thread's default heap and one of a heap made for the check.
+bool page_heaps_match() {
+  void* a = mi_malloc(64);
+  mi_heap_t* h = mi_heap_new();
+  void* b = h != nullptr ? mi_heap_malloc(h, 64) : nullptr;
+  const bool ok = a != nullptr && b != nullptr && page_heap(page_of(a)) == mi_heap_get_default() &&
+                  page_heap(page_of(b)) == h && h != mi_heap_get_default();
+  mi_free(b);
+  if (h != nullptr) mi_heap_delete(h);
+  mi_free(a);
+  return ok;
+}
+
 bool page_sizes_match(std::size_t limit) {
   if (mi_version() != 209) return false;  // the layout is 2.0.9's
   if (!used_count_agrees()) return false;
@@ -259,6 +276,7 @@ void ignore_environment() {
 
 void configure() {
   page_size_direct = page_sizes_match(kClassExactMax);
+  page_heap_known = page_size_direct && page_heaps_match();
   class_exact_max = class_sizes_match(kClassExactMax) ? kClassExactMax : 0;
   // The checks touched a page of every size class (~300 KiB that stayed
   // resident in every process, the largest part of lowtide's fixed

@@ -41,6 +41,7 @@ inline constexpr std::uintptr_t kSegmentMask = ~((std::uintptr_t{1} << 25) - 1);
 inline constexpr unsigned kSliceShift = 16;
 inline constexpr std::size_t kSlicesAt = 0x108, kSliceSize = 80;
 inline constexpr std::size_t kSliceOffsetAt = 0x4, kFlagsAt = 0xe, kUsedAt = 0x18, kBlockSizeAt = 0x1c;
+inline constexpr std::size_t kHeapAt = 0x30;  // the heap that owns the page (xheap)
 inline constexpr unsigned char kHasAligned = 0x2;
 inline constexpr std::uint32_t kBlockSizeMax = 0x7fffffff;
 }  // namespace page_layout
@@ -69,6 +70,16 @@ inline std::uint32_t page_block_size(const unsigned char* page) {
   if (__builtin_expect((page[kFlagsAt] & kHasAligned) != 0 || size > kBlockSizeMax, 0)) return 0;
   return size;
 }
+
+// The heap that owns the page (its owner sets it; read relaxed). Only
+// compared, never followed; page_heap_known says the offset was checked.
+inline const void* page_heap(const unsigned char* page) {
+  return reinterpret_cast<const void*>(
+      __atomic_load_n(reinterpret_cast<const std::uintptr_t*>(page + page_layout::kHeapAt), __ATOMIC_RELAXED));
+}
+extern bool page_heap_known;  // set by configure()
+// The calling thread's mimalloc heap (ThreadCache::heap).
+const void* thread_heap();
 
 // What the page says, or 0 when it must be asked (aligned blocks, huge).
 inline std::size_t usable_from_page(const void* p) { return page_block_size(page_of(p)); }
@@ -238,6 +249,15 @@ struct alignas(64) Shelf {
 };
 extern Shelf shelf[kCacheBins];
 
+// Only a bin that overflows with a block of another thread's page goes on
+// the shelf: where a thread frees only its own blocks (a loop of mallocs
+// and frees, two such threads side by side) its overflow goes to mimalloc's
+// local free as without a shelf; moving those bins between threads made
+// bench/churn.cpp with 2 threads 1.5x slower (cache lines and blocks of one
+// thread's pages passed to the other).
+inline bool shelf_wanted(const ThreadCache* tc, const unsigned char* page) {
+  return !page_heap_known || page_heap(page) != tc->heap;
+}
 // free, p's bin full: the bin goes on the shelf if there is room (then p
 // starts it again) and true; false: p is not cached.
 bool shelf_give(ThreadCache* tc, unsigned b);

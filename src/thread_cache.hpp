@@ -13,6 +13,7 @@ inline constexpr unsigned kCacheBins = 40;
 struct ThreadCache {
   void* head[kCacheBins];  // each bin's newest block; the next one's address is in its first word
   std::uint8_t count[kCacheBins];
+  const void* heap;  // the thread's mimalloc heap (whose pages are its own), set when the cache opens
 };
 
 }  // namespace lowtide::small

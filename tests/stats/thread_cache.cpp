@@ -1,11 +1,12 @@
 // The thread cache (LOWTIDE_THREAD_CACHE, small_path.hpp) seen through the
 // small_thread_cached gauge: a warm thread keeps at most its cap of a class,
-// a full bin goes whole onto its class's shelf (at most 4 bins a class) and
-// a thread whose bin is empty takes one from there (a producer's mallocs
-// served by what its consumer freed); a thread's cache goes back to mimalloc
-// when the thread exits, calls lowtide_release() or malloc_trim, which give
-// back the shelves too; a forked child does not count its parent's other
-// threads' caches. With LOWTIDE_THREAD_CACHE=0 nothing is ever cached.
+// a bin that overflows with another thread's block goes whole onto its
+// class's shelf (at most 4 bins a class; a thread freeing its own blocks
+// shelves none) and a thread whose bin is empty takes one from there (a
+// producer's mallocs served by what its consumer freed); a thread's cache
+// goes back to mimalloc when the thread exits, calls lowtide_release() or
+// malloc_trim, which give back the shelves too; a forked child does not
+// count its parent's other threads' caches. With LOWTIDE_THREAD_CACHE=0 nothing is ever cached.
 //
 // The blocks are of a class nothing else in this process frees (the one
 // 3000 bytes round up to, ~3 KiB: glibc's own thread set-up and teardown
@@ -34,6 +35,11 @@ std::atomic<int> stage{0};
 std::size_t cls = 0, cap = 0;  // the class's size and the blocks a thread may keep of it
 enum class After { exit, release, trim, produce };
 After after = After::exit;
+// The blocks the worker frees: the main thread's (made before the worker
+// starts: another thread's pages, as a queue's consumer frees them) or,
+// with own_blocks, the worker's own.
+void* blocks[kFrees];
+bool own_blocks = false;
 
 void wait_for(int s) {
   const double deadline = lt::now_seconds() + 20;
@@ -60,12 +66,13 @@ void* worker(void*) {
   release();
   stage.store(1);
   wait_for(2);
-  void* p[kFrees];
-  for (auto& q : p) {
-    q = malloc(lt::opaque(kRequest));
-    CHECK(q != nullptr);
+  if (own_blocks) {
+    for (auto& q : blocks) {
+      q = malloc(lt::opaque(kRequest));
+      CHECK(q != nullptr);
+    }
   }
-  for (auto* q : p) free(lt::opaque(q));
+  for (auto* q : blocks) free(lt::opaque(q));
   if (after == After::release) {
     release();
   } else if (after == After::trim) {
@@ -93,12 +100,19 @@ std::uint64_t cached() { return lt::read_stats().small_thread_cached; }
 
 // One worker: what its frees added to the gauge, and what its end left;
 // then the main thread gives back the shelves (and its own cache).
-void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork_too) {
+void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork_too, bool own = false) {
   auto release = reinterpret_cast<release_fn>(dlsym(RTLD_DEFAULT, "lowtide_release"));
   CHECK(release != nullptr);
   release();
   stage.store(0);
   after = how;
+  own_blocks = own;
+  if (!own) {
+    for (auto& q : blocks) {
+      q = malloc(lt::opaque(kRequest));
+      CHECK(q != nullptr);
+    }
+  }
   pthread_t t;
   CHECK(pthread_create(&t, nullptr, worker, nullptr) == 0);
   wait_for(1);
@@ -108,7 +122,7 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
   const std::uint64_t during = cached();
   CHECK(during == before + want_added, "the worker's frees added %llu bytes to the gauge, expected %llu",
         static_cast<unsigned long long>(during - before), static_cast<unsigned long long>(want_added));
-  const std::uint64_t shelved = want_added == 0 ? 0 : want_added - cap * cls;
+  const std::uint64_t shelved = want_added <= cap * cls ? 0 : want_added - cap * cls;
   if (fork_too) {
     // The worker is still alive and holds its cache: the child has no such
     // thread, so its gauge is the main thread's and the shelves'.
@@ -188,6 +202,7 @@ int main() {
   run(After::trim, 0, 0, false);              // and so does malloc_trim
   run(After::exit, kept, kept - bin, true);   // a child does not count the parent's workers
   run(After::produce, kept, 0, false);        // a producer takes from the shelf
+  run(After::exit, bin, 0, false, true);      // a thread freeing its own blocks shelves none
   std::printf("ok: cap %zu blocks of %zu bytes\n", cap, cls);
   return 0;
 }
