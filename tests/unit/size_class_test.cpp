@@ -197,3 +197,32 @@ TEST_CASE("quiet_free_size: the page's size while another block is in use there,
   CHECK(saw_marked);
   for (void* q : aligned) mi_free(q);
 }
+
+TEST_CASE("page_heap: a page names the heap that made its blocks (the shelf's own-or-not test)") {
+  small::configure();
+  REQUIRE(small::page_heap_known);
+  const void* mine = mi_heap_get_default();
+  std::vector<void*> ours, theirs;
+  const void* their_heap = nullptr;
+  for (std::size_t n = 16; n <= 8192; n += 112) ours.push_back(mi_malloc(n));
+  std::size_t theirs_named = 0;
+  std::thread([&] {
+    their_heap = mi_heap_get_default();
+    for (std::size_t n = 16; n <= 8192; n += 112) theirs.push_back(mi_malloc(n));
+    for (void* p : theirs) theirs_named += p != nullptr && small::page_heap(small::page_of(p)) == their_heap;
+  }).join();
+  REQUIRE(their_heap != mine);
+  CHECK(theirs_named == theirs.size());
+  for (void* p : ours) {
+    REQUIRE(p != nullptr);
+    CHECK(small::page_heap(small::page_of(p)) == mine);
+  }
+  // The thread has exited: its pages may be abandoned (heap no longer its),
+  // never this thread's.
+  for (void* p : theirs) {
+    REQUIRE(p != nullptr);
+    CHECK(small::page_heap(small::page_of(p)) != mine);
+  }
+  for (void* p : ours) mi_free(p);
+  for (void* p : theirs) mi_free(p);
+}
