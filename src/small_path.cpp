@@ -74,6 +74,9 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
 
 void* shelf_take(ThreadCache* tc, std::size_t c) {
   const unsigned b = cache_bin[c / kMinAlign];
+  // Filled since the caller found it empty (a signal handler's free on this
+  // thread): use it rather than lose it under a shelved bin.
+  if (tc->head[b] != nullptr) return cache_pop(tc, c);
   Shelf* sh = &shelf[b];
   if (!shelf_lock(sh)) return nullptr;
   const unsigned n = sh->n;
