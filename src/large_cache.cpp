@@ -65,7 +65,10 @@ void ReuseCache::note_reuse(std::uint64_t now, std::uint64_t age) {
 // buckets rotated each decay period as note_reuse's ages are.
 void ReuseCache::note_request(std::uint64_t now) {
   const std::uint64_t prev = last_request_ns_.exchange(now, std::memory_order_relaxed);
-  if (prev == kNoRequest || now <= prev) return;
+  // A gap of a decay period or more is not a pace the cache serves (what
+  // was cached before it has decayed): recorded, it would turn the idle
+  // rule off for the batch that follows an idle start (review).
+  if (prev == kNoRequest || now <= prev || now - prev >= decay_ns_) return;
   if (age_ns(now, gap_since_ns_.load(std::memory_order_relaxed)) >= decay_ns_) {
     gap_before_.store(gap_now_.load(std::memory_order_relaxed), std::memory_order_relaxed);
     gap_now_.store(0, std::memory_order_relaxed);
@@ -94,7 +97,7 @@ std::uint64_t ReuseCache::keep_age(std::uint64_t now) const {
       gap = before > gap ? before : gap;
     }
     if (gap != 0) {
-      std::uint64_t idle_after = gap <= decay_ns_ ? reuse_keep(gap) : decay_ns_ + decay_ns_ / 2;
+      std::uint64_t idle_after = reuse_keep(gap);  // gap < decay_ns_ (note_request)
       if (idle_after < min_age_ns_) idle_after = min_age_ns_;
       if (age_ns(now, last) >= idle_after) return min_age_ns_;
     }
@@ -409,7 +412,10 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
       if (entries_[i].n >= n) {
         const std::uint64_t now = deps_.now_ns();
         account_time(now);
-        if (as_reuse) note_reuse(now, age_ns(now, entries_[i].freed_ns));
+        if (as_reuse) {
+          note_reuse(now, age_ns(now, entries_[i].freed_ns));
+          note_request(now);  // a realloc growing into the cache asks too
+        }
         cut(i, n);
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         // On trial: out of the cache, counted as coming back until

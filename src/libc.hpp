@@ -64,7 +64,8 @@ inline void* small_fast(std::size_t n, stats::Counter call) {
     if (void* h = small::cache_pop(tc, u); __builtin_expect(h != nullptr, 1)) return h;
   // (A tail call: nothing lives across it, so the path above saves no
   // registers.)
-  if (__builtin_expect(small::shelf_has(u), 0)) return shelf_alloc(st, n, call);
+  if constexpr (stats::kEnabled)  // (no thread cache without counting: nothing shelved)
+    if (__builtin_expect(small::shelf_has(u), 0)) return shelf_alloc(st, n, call);
   void* p = small::allocate_class(u);
   if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
   return p;

@@ -64,12 +64,14 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
     sh->head[n] = tc->head[b];
     sh->count[n] = tc->count[b];
     __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n + 1), __ATOMIC_RELAXED);
+    // The bin emptied before the lock goes: a free on this thread in
+    // between (a signal handler's) must not see it full and shelve the
+    // same list twice; it meets the lock and goes to mimalloc (review).
+    tc->head[b] = nullptr;
+    __atomic_store_n(&tc->count[b], 0, __ATOMIC_RELAXED);
   }
   shelf_unlock(sh);
-  if (!room) return false;
-  tc->head[b] = nullptr;
-  __atomic_store_n(&tc->count[b], 0, __ATOMIC_RELAXED);
-  return true;
+  return room;
 }
 
 void* shelf_take(ThreadCache* tc, std::size_t c) {

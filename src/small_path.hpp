@@ -120,8 +120,12 @@ inline void collect() { mi_collect(true); }
 // whose heap was never set up, and the decay thread never allocates: set it
 // up first (from OS pages, no malloc; once, later calls return at once).
 // Other threads' own free pages stay theirs: only they can collect them.
+// The shelves' blocks first (the thread cache below: no thread may come
+// back for them before the limit is met).
+void shelf_flush();
 inline void release_retained() {
   mi_thread_init();
+  shelf_flush();
   mi_collect(true);
 }
 // Bytes mimalloc has committed, now and at its peak.

@@ -402,6 +402,57 @@ TEST_CASE("cache: a process that asks every T is idle only reuse_keep(T) after i
   CHECK(r.c.keep_age(2 * kT + ReuseCache::reuse_keep(kT)) == kMin);
 }
 
+TEST_CASE("cache: a request long before a batch does not turn the idle rule off") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay, kMin);  // the usual decay period: the buckets rotate
+  std::uint32_t got = 0;
+  fake_now = 10;  // one large allocation at start-up
+  CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  // Twenty periods later, a batch as in the case above.
+  const std::uint64_t base = 20 * kDecay;
+  Extent a = r.used(2), b = r.used(2);
+  fake_now = base;
+  REQUIRE(r.put(a));
+  fake_now = base + 3 * kMin;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
+  r.live.push_back(a);
+  for (int i = 1; i <= 10; ++i) {
+    fake_now = base + 3 * kMin + static_cast<std::uint64_t>(i) * (kMin / 10);
+    CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  }
+  const std::uint64_t last = fake_now;
+  REQUIRE(r.put(b));
+  // The start-up pause (twenty periods) is no pace: idle kMin after the last request.
+  CHECK(r.c.keep_age(last + kMin - 1) == ReuseCache::reuse_keep(3 * kMin));
+  CHECK(r.c.keep_age(last + kMin) == kMin);
+}
+
+TEST_CASE("cache: a block grown into the cache (take_at) is a request: the process is not idle") {
+  constexpr std::uint64_t kMin = kDecay / 10;
+  Rig r(64 * G);
+  r.c.configure(64 * G, kDecay, kMin);
+  Extent e = r.used(20);
+  REQUIRE(r.put(e));  // at 0
+  std::uint32_t got = 0;
+  fake_now = 1;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == e.start);  // a block cut from its front
+  fake_now = 2;
+  REQUIRE(r.c.take(2, 1, 0, false, &got) == e.start + 2);  // and another: a gap of 1
+  r.live.push_back(Extent{e.start, 4});
+  // Then only reallocs growing into the rest, every kMin / 2, until 4 * kMin.
+  std::uint32_t at = e.start + 4;
+  for (int i = 1; i <= 8; ++i) {
+    fake_now = static_cast<std::uint64_t>(i) * (kMin / 2);
+    REQUIRE(r.c.take_at(at, 1));
+    r.live.push_back(Extent{at, 1});
+    ++at;
+  }
+  const std::uint64_t last = fake_now;  // 4 * kMin: a reuse at that age
+  CHECK(r.c.keep_age(last + kMin - 1) == ReuseCache::reuse_keep(4 * kMin));
+  CHECK(r.c.keep_age(last + kMin) == kMin);
+}
+
 TEST_CASE("cache: a miss that a block given back early would have served teaches the keep age") {
   constexpr std::uint64_t kMin = kDecay / 10;
   Rig r(64 * G);
