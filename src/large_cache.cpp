@@ -51,14 +51,7 @@ std::uint64_t ReuseCache::byte_seconds(std::uint64_t now) const {
 // given back early would have served): the oldest such age of this decay
 // period, the period before kept too, so keep_age never forgets a reuse
 // before a full period has passed. Under mu_.
-void ReuseCache::note_reuse(std::uint64_t now, std::uint64_t age) {
-  if (age_ns(now, reuse_since_ns_.load(std::memory_order_relaxed)) >= decay_ns_) {
-    reuse_age_before_.store(reuse_age_now_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    reuse_age_now_.store(0, std::memory_order_relaxed);
-    reuse_since_ns_.store(now, std::memory_order_relaxed);
-  }
-  if (age > reuse_age_now_.load(std::memory_order_relaxed)) reuse_age_now_.store(age, std::memory_order_relaxed);
-}
+void ReuseCache::note_reuse(std::uint64_t now, std::uint64_t age) { reuse_age_.note(now, age, decay_ns_); }
 
 // A large allocation asked the cache for a block at `now` (served or not):
 // the gap since the previous request feeds keep_age's idle rule, kept in two
@@ -69,12 +62,7 @@ void ReuseCache::note_request(std::uint64_t now) {
   // was cached before it has decayed): recorded, it would turn the idle
   // rule off for the batch that follows an idle start (review).
   if (prev == kNoRequest || now <= prev || now - prev >= decay_ns_) return;
-  if (age_ns(now, gap_since_ns_.load(std::memory_order_relaxed)) >= decay_ns_) {
-    gap_before_.store(gap_now_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    gap_now_.store(0, std::memory_order_relaxed);
-    gap_since_ns_.store(now, std::memory_order_relaxed);
-  }
-  if (now - prev > gap_now_.load(std::memory_order_relaxed)) gap_now_.store(now - prev, std::memory_order_relaxed);
+  request_gap_.note(now, now - prev, decay_ns_);
 }
 
 std::uint64_t ReuseCache::keep_age(std::uint64_t now) const {
@@ -87,30 +75,14 @@ std::uint64_t ReuseCache::keep_age(std::uint64_t now) const {
   // blocks freed after it stopped: the seed workload's second batch, freed
   // for good, was kept 0.35-0.5 s by the ages its 4 threads reused the
   // first batch at (up to 470 ms), against 0.15 s with 1 thread.
-  const std::uint64_t last = last_request_ns_.load(std::memory_order_relaxed);
-  if (last != kNoRequest) {
-    const std::uint64_t gsince = age_ns(now, gap_since_ns_.load(std::memory_order_relaxed));
-    std::uint64_t gap = 0;
-    if (gsince < 2 * decay_ns_) gap = gap_now_.load(std::memory_order_relaxed);
-    if (gsince < decay_ns_) {
-      std::uint64_t before = gap_before_.load(std::memory_order_relaxed);
-      gap = before > gap ? before : gap;
-    }
-    if (gap != 0) {
-      std::uint64_t idle_after = reuse_keep(gap);  // gap < decay_ns_ (note_request)
-      if (idle_after < min_age_ns_) idle_after = min_age_ns_;
-      if (age_ns(now, last) >= idle_after) return min_age_ns_;
-    }
+  // (A gap recorded means two requests were: last_request_ns_ is set.)
+  if (const std::uint64_t gap = request_gap_.get(now, decay_ns_); gap != 0) {
+    std::uint64_t idle_after = reuse_keep(gap);  // gap < decay_ns_ (note_request)
+    if (idle_after < min_age_ns_) idle_after = min_age_ns_;
+    if (age_ns(now, last_request_ns_.load(std::memory_order_relaxed)) >= idle_after) return min_age_ns_;
   }
-  // Reuses older than two periods are forgotten (note_reuse rotates the
-  // buckets only when it records one).
-  const std::uint64_t since = age_ns(now, reuse_since_ns_.load(std::memory_order_relaxed));
-  std::uint64_t seen = 0;
-  if (since < 2 * decay_ns_) seen = reuse_age_now_.load(std::memory_order_relaxed);
-  if (since < decay_ns_) {
-    std::uint64_t before = reuse_age_before_.load(std::memory_order_relaxed);
-    seen = before > seen ? before : seen;
-  }
+  // Reuses older than two periods are forgotten.
+  const std::uint64_t seen = reuse_age_.get(now, decay_ns_);
   std::uint64_t keep = seen <= most / 2 ? reuse_keep(seen) : most;
   return keep < min_age_ns_ ? min_age_ns_ : keep;
 }

@@ -56,6 +56,37 @@ struct Deps {
   bool (*drop_writable)(void* p, std::size_t len) = nullptr;
 };
 
+// The largest value recorded in this period and the one before (a period
+// starts at the first record after the previous one ended), so a value is
+// remembered one to two periods: the reuse cache's oldest reuse age and
+// longest gap between requests. Lock-free and approximate: two threads
+// recording at once may lose one value, never add one that did not happen.
+class RecentMax {
+ public:
+  void note(std::uint64_t now, std::uint64_t value, std::uint64_t period) {
+    if (age_ns(now, since_.load(std::memory_order_relaxed)) >= period) {
+      before_.store(now_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      now_.store(0, std::memory_order_relaxed);
+      since_.store(now, std::memory_order_relaxed);
+    }
+    if (value > now_.load(std::memory_order_relaxed)) now_.store(value, std::memory_order_relaxed);
+  }
+  // 0 if nothing was recorded in the last two periods (the buckets rotate
+  // only when a value is recorded).
+  std::uint64_t get(std::uint64_t now, std::uint64_t period) const {
+    const std::uint64_t since = age_ns(now, since_.load(std::memory_order_relaxed));
+    std::uint64_t v = since < 2 * period ? now_.load(std::memory_order_relaxed) : 0;
+    if (since < period) {
+      const std::uint64_t before = before_.load(std::memory_order_relaxed);
+      v = before > v ? before : v;
+    }
+    return v;
+  }
+
+ private:
+  std::atomic<std::uint64_t> now_{0}, before_{0}, since_{0};
+};
+
 class ReuseCache {
  public:
   static constexpr int kSlots = 128;
@@ -272,16 +303,13 @@ class ReuseCache {
   std::atomic<bool> refusing_{false};
   std::atomic<std::size_t> in_flight_{0};  // bytes taken out for give_back or on trial, not yet back
   std::atomic<std::uint64_t> trials_ended_{0};  // end_trial calls (an epoch for settle)
-  // The oldest reuse age seen in this decay period and the one before
-  // (reuse_since_ns_ starts this one), written under mu_, read by keep_age.
-  std::atomic<std::uint64_t> reuse_age_now_{0}, reuse_age_before_{0}, reuse_since_ns_{0};
-  // The last request (take) and the longest time between two requests in
-  // this decay period and the one before (gap_since_ns_ starts this one),
-  // for keep_age's idle rule. Lock-free and approximate: two threads
-  // requesting at once may lose one gap, never add one that did not happen.
+  // The oldest reuse age seen in the last one or two decay periods (written
+  // under mu_), and the last request (take) with the longest time between
+  // two requests (lock-free), read by keep_age.
+  RecentMax reuse_age_;
   static constexpr std::uint64_t kNoRequest = UINT64_MAX;
   std::atomic<std::uint64_t> last_request_ns_{kNoRequest};
-  std::atomic<std::uint64_t> gap_now_{0}, gap_before_{0}, gap_since_ns_{0};
+  RecentMax request_gap_;
   Ghost ghosts_[kGhosts] = {};  // under mu_
   int next_ghost_ = 0;          // under mu_
   std::atomic<bool> have_ghosts_{false};

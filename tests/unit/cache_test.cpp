@@ -350,6 +350,19 @@ TEST_CASE("cache: a reuse at age A keeps blocks reuse_keep(A), for two decay per
   CHECK(r.c.keep_age(fake_now) == kMin);
 }
 
+namespace {
+// `times` requests for 2 granules, every `step` after `from`, none served
+// (the cache holds nothing that size): the process asking at that pace.
+// fake_now ends at the last one.
+void ask_without_hits(Rig& r, std::uint64_t from, std::uint64_t step, int times) {
+  std::uint32_t got = 0;
+  for (int i = 1; i <= times; ++i) {
+    fake_now = from + static_cast<std::uint64_t>(i) * step;
+    CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
+  }
+}
+}  // namespace
+
 TEST_CASE("cache: once the process stops asking for blocks, what it frees goes back at the minimum age") {
   constexpr std::uint64_t kMin = kDecay / 10;
   Rig r(64 * G);
@@ -362,10 +375,7 @@ TEST_CASE("cache: once the process stops asking for blocks, what it frees goes b
   fake_now = 3 * kMin;
   REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
   r.live.push_back(a);
-  for (int i = 1; i <= 10; ++i) {
-    fake_now = 3 * kMin + static_cast<std::uint64_t>(i) * (kMin / 10);
-    CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
-  }
+  ask_without_hits(r, 3 * kMin, kMin / 10, 10);
   const std::uint64_t last = fake_now;
   CHECK(r.c.keep_age(last) == ReuseCache::reuse_keep(3 * kMin));
   // The last batch is freed and nothing asks again: kept the minimum age
@@ -417,10 +427,7 @@ TEST_CASE("cache: a request long before a batch does not turn the idle rule off"
   fake_now = base + 3 * kMin;
   REQUIRE(r.c.take(2, 1, 0, false, &got) == a.start);
   r.live.push_back(a);
-  for (int i = 1; i <= 10; ++i) {
-    fake_now = base + 3 * kMin + static_cast<std::uint64_t>(i) * (kMin / 10);
-    CHECK(r.c.take(2, 1, 0, false, &got) == lowtide::Arena::kNone);
-  }
+  ask_without_hits(r, base + 3 * kMin, kMin / 10, 10);
   const std::uint64_t last = fake_now;
   REQUIRE(r.put(b));
   // The start-up pause (twenty periods) is no pace: idle kMin after the last request.
