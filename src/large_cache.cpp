@@ -212,6 +212,7 @@ std::uint32_t ReuseCache::cut(int i, std::uint32_t want) {
     e.start += want;
     e.n -= want;
     bytes_held_ -= Extent::bytes_of(want);
+    if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
   }
   recompute_oldest();
   return s;
@@ -247,6 +248,7 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
       e.start += k;
       e.n -= k;
       bytes_held_ -= Extent::bytes_of(k);
+      if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
       bytes = 0;
     }
   }
@@ -472,11 +474,100 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   if (cached_bytes() + want <= kMissSlack) return;
   Entry out[kSlots];
   Reason why[kSlots];
+  if (deps_.resident == nullptr) {
+    lock();
+    account_time(deps_.now_ns());
+    int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out, why, Reason::room) : 0;
+    unlock_giving(out, n);
+    give_back(out, why, n);
+    return;
+  }
+  measure_entries();
+  const std::uint64_t now = deps_.now_ns();
+  std::size_t frac = resident_frac_.get(now, decay_ns_);
+  frac = frac == 0 ? kFracOne : frac - 1;  // none measured lately: all of it
+  // want * frac / kFracOne, rounded up, without overflow.
+  const std::size_t want_cost = want / kFracOne * frac + ((want % kFracOne) * frac + kFracOne - 1) / kFracOne;
   lock();
-  account_time(deps_.now_ns());
-  int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out, why, Reason::room) : 0;
+  account_time(now);
+  int n = want_cost < kMissSlack ? trim_to_cost(kMissSlack - want_cost, out, why) : trim_to_cost(0, out, why);
   unlock_giving(out, n);
   give_back(out, why, n);
+}
+
+std::size_t ReuseCache::cost_of(const Entry& e) {
+  const std::size_t len = Extent::bytes_of(e.n);
+  return e.res < len ? e.res : len;
+}
+
+// Measure the resident bytes of every entry not yet measured: the entries
+// are copied under the lock, measured outside it (mincore walks page
+// tables; other threads' frees and takes go on), and each measure is stored
+// if its entry is still there, unchanged. Cached pages are never written,
+// so a measure stays an upper bound for as long as the entry is cached
+// (khugepaged could fill a region the program advised MADV_HUGEPAGE; it
+// scans a few MiB every 10 s by default).
+void ReuseCache::measure_entries() {
+  Entry todo[kSlots];
+  int k = 0;
+  lock();
+  for (int i = 0; i < count_; ++i)
+    if (entries_[i].res == kUnmeasured) todo[k++] = entries_[i];
+  unlock();
+  if (k == 0) return;
+  for (int j = 0; j < k; ++j) todo[j].res = deps_.resident(arena_.addr(todo[j].start), Extent::bytes_of(todo[j].n));
+  const std::uint64_t now = deps_.now_ns();
+  lock();
+  for (int j = 0; j < k; ++j) {
+    const std::size_t len = Extent::bytes_of(todo[j].n);
+    const std::size_t frac = todo[j].res >= len ? kFracOne : (todo[j].res * kFracOne + len - 1) / len;
+    resident_frac_.note(now, frac + 1, decay_ns_);
+    for (int i = 0; i < count_; ++i) {
+      Entry& e = entries_[i];
+      if (e.start == todo[j].start && e.n == todo[j].n && e.freed_ns == todo[j].freed_ns && e.res == kUnmeasured) {
+        e.res = todo[j].res;
+        break;
+      }
+    }
+  }
+  unlock();
+}
+
+// Give back entries, oldest first, until what is left costs at most `most`
+// (cost_of: resident bytes where measured, else length). Of the last entry
+// touched only the front is cut when its back, kept, fits in what is left
+// (a dense entry gives back about the excess, as trim_oldest; a sparse one
+// nearly all of it: where its resident pages lie is not known). Under mu_.
+int ReuseCache::trim_to_cost(std::size_t most, Entry* out, Reason* why_out) {
+  std::size_t cost = 0;
+  for (int i = 0; i < count_; ++i) cost += cost_of(entries_[i]);
+  int n = 0;
+  while (cost > most && count_ > 0) {
+    const int o = oldest();
+    Entry& e = entries_[o];
+    const std::size_t c = cost_of(e);
+    why_out[n] = Reason::room;
+    // Keep at most the back `c - (cost - most)` bytes of it (its bound then
+    // is at most that), in whole granules.
+    const std::size_t keep = cost - most < c ? c - (cost - most) : 0;
+    const auto keep_g = static_cast<std::uint32_t>(keep / G);
+    if (keep_g == 0 || keep_g >= e.n) {
+      out[n++] = e;
+      cost -= c;
+      remove_at(o);
+    } else {
+      const std::uint32_t k = e.n - keep_g;
+      arena_.split(e.start, e.n, k);
+      out[n++] = Entry{e.start, k, e.freed_ns};
+      e.start += k;
+      e.n = keep_g;
+      bytes_held_ -= Extent::bytes_of(k);
+      if (e.res > Extent::bytes_of(keep_g)) e.res = Extent::bytes_of(keep_g);
+      cost = cost - c + cost_of(e);
+    }
+  }
+  recompute_oldest();
+  return n;
 }
 
 std::size_t ReuseCache::trim(std::size_t bytes, Reason why) {
@@ -556,8 +647,8 @@ void wake_decay() {
     pal::futex_wake(sleeping_word());
 }
 
-constexpr Deps kProductionDeps{&pal::now_ns,       &pal::decommit, &returned_to_os, &limit::cache_room,
-                               &wake_decay,        &pal::drop_writable};
+constexpr Deps kProductionDeps{&pal::now_ns,       &pal::decommit,       &returned_to_os, &limit::cache_room,
+                               &wake_decay,        &pal::drop_writable,  &pal::resident_bytes};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};

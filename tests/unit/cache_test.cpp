@@ -547,3 +547,80 @@ TEST_CASE("cache: trimming within an entry's last granule takes it whole, never 
   CHECK(r.c.check() == nullptr);
   CHECK(returned_by[static_cast<int>(lowtide::cache::Reason::demand)] == a.bytes() + 2 * G);
 }
+
+namespace {
+// Deps::resident's fake: every granule has this many bytes resident.
+std::size_t fake_res_per_granule = G;
+int resident_calls = 0;
+std::size_t fake_resident(const void* p, std::size_t len) {
+  (void)p;
+  ++resident_calls;
+  return len / G * fake_res_per_granule;
+}
+constexpr Deps kResidentDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, nullptr, nullptr, &fake_resident};
+}  // namespace
+
+TEST_CASE("cache: a miss counts cached blocks by their resident bytes, the fault by the process's resident fraction") {
+  Rig r(512 * G, kDecay, kResidentDeps);
+  resident_calls = 0;
+  fake_res_per_granule = G / 64;  // one page in 64 written (bench/many_large)
+  Extent a = r.used(160), b = r.used(160), c = r.used(160);  // 10 MiB each: 30 past the 8 MiB slack
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(c));
+  // 3 x 160 KiB resident, and the 10 MiB fault to come costs 160 KiB at the
+  // fraction just measured: all kept, each measured once.
+  r.c.evict_for(a.bytes());
+  CHECK(returned == 0);
+  CHECK(resident_calls == 3);
+  r.c.evict_for(a.bytes());
+  CHECK(returned == 0);
+  CHECK(resident_calls == 3);
+  CHECK(r.c.cached_bytes() == 480 * G);
+  // A block written in full is freed: measured at the next miss, it makes
+  // the fraction whole, and a 10 MiB fault is past the slack by itself:
+  // everything goes.
+  fake_res_per_granule = G;
+  Extent d = r.used(16);
+  REQUIRE(r.put(d));
+  r.c.evict_for(a.bytes());
+  CHECK(resident_calls == 4);
+  CHECK(returned == 496 * G);
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: with no block measured for two decay periods a fault counts whole") {
+  Rig r(512 * G, kDecay, kResidentDeps);
+  fake_res_per_granule = G / 64;
+  Extent a = r.used(160), b = r.used(160);
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  r.c.evict_for(a.bytes());
+  CHECK(returned == 0);
+  // The entries are still cached (purge is not called), measured long ago:
+  // the fraction is forgotten, the fault counts its 10 MiB, past the slack.
+  fake_now = 2 * kDecay;
+  r.c.evict_for(a.bytes());
+  CHECK(returned == 320 * G);
+}
+
+TEST_CASE("cache: a measured dense entry is cut at its front by the excess, as an unmeasured one") {
+  Rig r(64 * G, kDecay, kResidentDeps);
+  fake_res_per_granule = G;
+  Extent x = r.used(8), y = r.used(2);
+  REQUIRE(r.put(x));
+  fake_now = 50;
+  REQUIRE(r.put(y));
+  fake_now = 60;
+  std::uint32_t got = 0;
+  CHECK(r.c.take(3, 1, 0, false, &got) == x.start);
+  r.live.push_back(Extent{x.start, 3});
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G);
+  CHECK(returned == 0);
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G + 1);
+  CHECK(returned == G);
+  CHECK(r.a.is_used_extent(x.start + 4, 4));
+  CHECK(r.a.is_used_extent(y.start, 2));
+  CHECK(r.c.check() == nullptr);
+}
