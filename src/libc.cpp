@@ -82,6 +82,12 @@ void open_thread_cache(stats::Slot* st) {
   t_local.cache = &st->cache;
 }
 
+void free_arming(stats::Slot* st, void* p, const unsigned char* page) {
+  if (small::cache_on && st->c[stats::free_calls] >= small::kCacheWarm) open_thread_cache(st);
+  if (small::page_used(page) >= 2) return small::release(p);
+  release_keep_errno(p);
+}
+
 void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
   const unsigned b = small::cache_bin[u / kMinAlign];
   if (small::cache_is_head(tc, b, p)) small::cache_double_free(p);

@@ -37,6 +37,10 @@ void open_thread_cache(stats::Slot* st);
 // free of a block whose bin is full: the bin onto the shelf and p into the
 // emptied bin, else p to mimalloc (errno kept).
 void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u);
+// free of a small block p (on `page`) by a thread whose cache may open
+// (armed, not yet open): opens it once the thread is warm (from its next
+// free on), then p to mimalloc as free's fast path does.
+void free_arming(stats::Slot* st, void* p, const unsigned char* page);
 // small_fast's rest when the thread's bin of n's class is empty (or it has
 // no cache yet) while the class's shelf holds bins: a bin from the shelf,
 // its first block handed out; a thread with no cache opens one if it is
@@ -100,15 +104,18 @@ inline void free(void* p) {
       // Into this thread's cache while its bin has room (every call out of
       // here is a tail call: no registers to save on the way in).
       if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
-        if (const unsigned b = small::cache_bin_with_room(tc, u); __builtin_expect(b != 0, 1)) {
-          if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
-          return small::cache_put(tc, b, p);
+        if (__builtin_expect(u <= small::kCacheMax, 1)) {
+          // (Bin 0, of classes not cached, has cap 0: never room.)
+          const unsigned b = small::cache_bin[u / kMinAlign];
+          if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
+            if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
+            return small::cache_put(tc, b, p);
+          }
+          // A cached class whose bin is full: the bin to the shelf.
+          if (b != 0) return free_to_shelf(tc, p, page, u);
         }
-        // A cached class whose bin is full: the bin to the shelf.
-        if (u <= small::kCacheMax && small::cache_bin[u / kMinAlign] != 0) return free_to_shelf(tc, p, page, u);
-      } else if (__builtin_expect(t_local.cache_armed != 0, 0) && small::cache_on &&
-                 st->c[stats::free_calls] >= small::kCacheWarm) {
-        open_thread_cache(st);  // a warm thread: from its next free on
+      } else if (__builtin_expect(t_local.cache_armed != 0, 0)) {
+        return free_arming(st, p, page);  // (out of line: no stack frame here)
       }
       // mimalloc, sure to make no system call where the page keeps
       // another block in use (small_path.hpp): errno stays as it is

@@ -217,13 +217,9 @@ inline void* cache_pop(ThreadCache* tc, std::size_t c) {
   return h;
 }
 
-// free: the bin block p of class c (from its page) would go to if it has
-// room, else 0 (a class not cached, or its bin full).
-inline unsigned cache_bin_with_room(const ThreadCache* tc, std::size_t c) {
-  if (c > kCacheMax) return 0;
-  const unsigned b = cache_bin[c / kMinAlign];
-  return tc->count[b] < cache_cap[b] ? b : 0;
-}
+// free: has bin b (cache_bin[c / kMinAlign] of the freed block's class c)
+// room for one more block? Bin 0, of the classes not cached, never has.
+inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < cache_cap[b]; }
 // Is p its bin's newest block already (a double free)? Then free stops
 // the process (cache_double_free, out of line).
 inline bool cache_is_head(const ThreadCache* tc, unsigned b, const void* p) { return tc->head[b] == p; }
