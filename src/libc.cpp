@@ -96,19 +96,38 @@ void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, s
   release_keep_errno(p);
 }
 
-void* shelf_alloc(stats::Slot* st, std::size_t n, stats::Counter call) {
-  const std::size_t u = small::fast_class(n);
-  small::ThreadCache* tc = t_local.cache;
-  if (tc == nullptr && stats::kEnabled && t_local.cache_armed != 0 && small::cache_on &&
-      st->c[stats::malloc_calls] >= small::kCacheWarm) {
-    open_thread_cache(st);
-    tc = t_local.cache;
-  }
-  if (tc != nullptr)
-    if (void* h = small::shelf_take(tc, u)) return h;
+namespace {
+
+// The miss functions' common part: a bin from the shelf (a thread with no
+// cache opening one if it is warm), else mimalloc; NULL with the counts
+// taken back.
+void* small_miss(stats::Slot* st, std::size_t n, std::size_t u) {
+  if constexpr (stats::kEnabled)  // (no thread cache without counting: nothing shelved)
+    if (LT_UNLIKELY(small::shelf_has(u))) {
+      small::ThreadCache* tc = t_local.cache;
+      if (tc == nullptr && t_local.cache_armed != 0 && small::cache_on &&
+          st->c[stats::malloc_calls] >= small::kCacheWarm) {
+        open_thread_cache(st);
+        tc = t_local.cache;
+      }
+      if (tc != nullptr)
+        if (void* h = small::shelf_take(tc, u)) return h;
+    }
   void* p = small::allocate_class(u);
-  if (p == nullptr) uncount_small_fast(n, call);
+  if (LT_UNLIKELY(p == nullptr)) uncount_small_fast(n, stats::malloc_calls);
   return p;
+}
+
+}  // namespace
+
+void* malloc_miss(stats::Slot* st, std::size_t n, std::size_t u) {
+  if (void* p = small_miss(st, n, u); LT_LIKELY(p != nullptr)) return p;
+  return malloc_slow(n);
+}
+
+void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow) {
+  if (void* p = small_miss(st, n, u); LT_LIKELY(p != nullptr)) return p;
+  return operator_new_slow(n, 0, nothrow);
 }
 
 void release_keep_errno(void* p) {

@@ -41,38 +41,30 @@ void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, s
 // (armed, not yet open): opens it once the thread is warm (from its next
 // free on), then p to mimalloc as free's fast path does.
 void free_arming(stats::Slot* st, void* p, const unsigned char* page);
-// small_fast's rest when the thread's bin of n's class is empty (or it has
-// no cache yet) while the class's shelf holds bins: a bin from the shelf,
-// its first block handed out; a thread with no cache opens one if it is
-// warm (kCacheWarm mallocs: a producer that never frees). Else mimalloc,
-// as small_fast (NULL: take the slow path, the counts taken back).
-void* shelf_alloc(stats::Slot* st, std::size_t n, stats::Counter call);
+// small_fast's rest when the thread's bin of n's class (u) is empty or it
+// has no cache yet: a bin from the class's shelf when it holds one (a
+// thread with no cache opens one if it is warm, kCacheWarm mallocs: a
+// producer that never frees), else mimalloc. On failure the counts are
+// taken back and the caller's slow path serves n (malloc_slow, or
+// operator_new_slow with `nothrow`), which counts for itself, retries and
+// sets errno. Out of line and reached by a tail call: the inlined fast path
+// keeps nothing across a call, so it saves no register.
+void* malloc_miss(stats::Slot* st, std::size_t n, std::size_t u);
+void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow);
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
 // the caller checked: the process is ready, n is below the cutoff and its
 // class is in the verified table), from a thread that already has its
-// counter slot. It is counted before mimalloc is called, from n and the
-// class table alone, so nothing but n has to live across the call (fewer
-// saved registers on the hottest path); on the rare failure the counts are
-// taken back and the slow path (which counts for itself, retries and sets
-// errno) takes over. NULL: take the slow path.
-inline void* small_fast(std::size_t n, stats::Counter call) {
-  stats::Slot* st = t_local.stats;
-  if constexpr (stats::kEnabled) {
-    if (__builtin_expect(st == nullptr, 0)) return nullptr;
-  }
-  const std::size_t u = small::fast_class(n);
+// counter slot (else the slow path). It is counted before anything is
+// allocated, from n and the class table alone; then a block from the
+// thread's cache (small_pop), or NULL: the caller tail-calls its miss
+// function above.
+inline void* small_pop(stats::Slot* st, std::size_t n, std::size_t u, stats::Counter call) {
   stats::count_small_alloc(st, call, n, u);
   if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
-    if (void* h = small::cache_pop(tc, u); __builtin_expect(h != nullptr, 1)) return h;
-  // (A tail call: nothing lives across it, so the path above saves no
-  // registers.)
-  if constexpr (stats::kEnabled)  // (no thread cache without counting: nothing shelved)
-    if (__builtin_expect(small::shelf_has(u), 0)) return shelf_alloc(st, n, call);
-  void* p = small::allocate_class(u);
-  if (__builtin_expect(p == nullptr, 0)) uncount_small_fast(n, call);
-  return p;
+    return small::cache_pop(tc, u);
+  return nullptr;
 }
 
 static_assert(64 - __builtin_clzll(small::kTableMax) < stats::kHistBuckets,
@@ -83,10 +75,12 @@ inline bool fast_ok(std::size_t n) {
 }
 
 inline void* malloc(std::size_t n) {
-  if (fast_ok(n)) {
-    void* p = small_fast(n, stats::malloc_calls);
-    if (__builtin_expect(p != nullptr, 1)) return p;
-  }
+  if (fast_ok(n))
+    if (stats::Slot* st = t_local.stats; !stats::kEnabled || __builtin_expect(st != nullptr, 1)) {
+      const std::size_t u = small::fast_class(n);
+      if (void* h = small_pop(st, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+      return malloc_miss(st, n, u);
+    }
   return malloc_slow(n);
 }
 
@@ -131,10 +125,12 @@ inline void free(void* p) {
 
 // operator new: align 0 = the default; failure runs the new_handler loop.
 inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
-  if (align == 0 && fast_ok(n)) {
-    void* p = small_fast(n, stats::malloc_calls);
-    if (__builtin_expect(p != nullptr, 1)) return p;
-  }
+  if (align == 0 && fast_ok(n))
+    if (stats::Slot* st = t_local.stats; !stats::kEnabled || __builtin_expect(st != nullptr, 1)) {
+      const std::size_t u = small::fast_class(n);
+      if (void* h = small_pop(st, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+      return new_miss(st, n, u, nothrow);
+    }
   return operator_new_slow(n, align, nothrow);
 }
 
