@@ -300,7 +300,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
     remove_at(o);
   }
   const bool was_empty = bytes_held_ == 0;
-  entries_[count_++] = Entry{start, n, freed_ns != 0 ? freed_ns : now};
+  entries_[count_++] = Entry{start, n, freed_ns != 0 ? freed_ns : now, kUnmeasured, ++gen_};
   bytes_held_ += Extent::bytes_of(n);
   if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
     nev += trim_oldest(bytes_held_ - most, evicted + nev, why + nev, most < cap_ ? Reason::limit : Reason::room);
@@ -335,16 +335,32 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
   lock();
   int best = best_fit(need, align_g, skew_g);
   std::uint32_t s = Arena::kNone;
+  std::size_t fault = 0;
   if (best >= 0) {
     last_take_ns_.store(now, std::memory_order_relaxed);
     account_time(now);
     note_reuse(now, age_ns(now, entries_[best].freed_ns));
     std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
     *got = want < entries_[best].n ? want : entries_[best].n;
+    fault = hand_fault(entries_[best], *got);
     s = cut(best, want);
   }
   unlock();
+  if (fault != 0) evict_for(fault, 0);
   return s;
+}
+
+// What handing out the first `handed` granules of e may fault: their length
+// less the resident bytes they hold at least (e's bound, less all of the
+// rest). 0 for an entry not measured: taken as resident, as before the
+// slack counted resident bytes (entries freed since the last miss).
+std::size_t ReuseCache::hand_fault(const Entry& e, std::uint32_t handed) {
+  if (e.res == kUnmeasured) return 0;
+  const std::size_t len = Extent::bytes_of(e.n);
+  const std::size_t got = Extent::bytes_of(handed < e.n ? handed : e.n);
+  const std::size_t rest = len - got;
+  const std::size_t least = e.res > rest ? e.res - rest : 0;
+  return got - least;
 }
 
 std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
@@ -380,6 +396,7 @@ void ReuseCache::note_taken(std::uint64_t freed_ns) {
 bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
   if (cached_bytes() == 0) return false;
   bool ok = false;
+  std::size_t fault = 0;
   lock();
   for (int i = 0; i < count_; ++i) {
     if (entries_[i].start == at) {
@@ -390,6 +407,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
           note_reuse(now, age_ns(now, entries_[i].freed_ns));
           note_request(now);  // a realloc growing into the cache asks too
         }
+        fault = hand_fault(entries_[i], n);
         cut(i, n);
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         // On trial: out of the cache, counted as coming back until
@@ -401,6 +419,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
     }
   }
   unlock();
+  if (fault != 0) evict_for(fault, 0);
   return ok;
 }
 
@@ -520,12 +539,14 @@ void ReuseCache::measure_entries() {
   lock();
   for (int j = 0; j < k; ++j) {
     const std::size_t len = Extent::bytes_of(todo[j].n);
-    const std::size_t frac = todo[j].res >= len ? kFracOne : (todo[j].res * kFracOne + len - 1) / len;
-    resident_frac_.note(now, frac + 1, decay_ns_);
+    const std::size_t res = todo[j].res < len ? todo[j].res : len;
     for (int i = 0; i < count_; ++i) {
       Entry& e = entries_[i];
-      if (e.start == todo[j].start && e.n == todo[j].n && e.freed_ns == todo[j].freed_ns && e.res == kUnmeasured) {
-        e.res = todo[j].res;
+      if (e.gen == todo[j].gen && e.start == todo[j].start && e.n == todo[j].n && e.res == kUnmeasured) {
+        e.res = res;
+        // (Only a measure stored teaches the fraction: one of a block
+        // rewritten meanwhile says nothing of how the process writes.)
+        resident_frac_.note(now, (res * kFracOne + len - 1) / len + 1, decay_ns_);
         break;
       }
     }
@@ -562,7 +583,7 @@ int ReuseCache::trim_to_cost(std::size_t most, Entry* out, Reason* why_out) {
       e.start += k;
       e.n = keep_g;
       bytes_held_ -= Extent::bytes_of(k);
-      if (e.res > Extent::bytes_of(keep_g)) e.res = Extent::bytes_of(keep_g);
+      if (e.res != kUnmeasured && e.res > Extent::bytes_of(keep_g)) e.res = Extent::bytes_of(keep_g);
       cost = cost - c + cost_of(e);
     }
   }
@@ -611,6 +632,7 @@ const char* ReuseCache::check() {
     const Entry& e = entries_[i];
     total += Extent::bytes_of(e.n);
     if (!arena_.is_used_extent(e.start, e.n)) why = "cache: an entry is not one used extent of the arena";
+    if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) why = "cache: an entry's resident bound is past its length";
     for (int j = i + 1; why == nullptr && j < count_; ++j) {
       const Entry& f = entries_[j];
       if (e.start <= f.start + f.n && f.start <= e.start + e.n)

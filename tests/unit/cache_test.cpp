@@ -624,3 +624,91 @@ TEST_CASE("cache: a measured dense entry is cut at its front by the excess, as a
   CHECK(r.a.is_used_extent(y.start, 2));
   CHECK(r.c.check() == nullptr);
 }
+
+TEST_CASE("cache: a hit on a measured sparse entry is a fault: blocks cached since are judged against it") {
+  Rig r(1024 * G, kDecay, kResidentDeps);
+  fake_res_per_granule = G / 64;
+  Extent a = r.used(320);  // 20 MiB written in one page of 64
+  REQUIRE(r.put(a));
+  r.c.evict_for(a.bytes());  // a miss measures it: sparse, kept
+  REQUIRE(r.c.cached_bytes() == a.bytes());
+  // Blocks written in full are freed (not measured yet), then a 15 MiB
+  // request takes a's front: up to 15 MiB of it may fault, which the
+  // blocks now measured dense make a 15 MiB fault, past the slack alone:
+  // everything cached goes (the dense blocks and a's rest).
+  fake_res_per_granule = G;
+  std::vector<Extent> dense;
+  for (int i = 0; i < 8; ++i) {
+    dense.push_back(r.used(8));
+    REQUIRE(r.put(dense.back()));
+  }
+  std::uint32_t got = 0;
+  CHECK(r.c.take(240, 1, 0, false, &got) == a.start);
+  r.live.push_back(Extent{a.start, 240});
+  CHECK(returned == 64 * G + 80 * G);
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(r.c.check() == nullptr);
+}
+
+TEST_CASE("cache: hits on sparse entries of a process whose blocks are all sparse keep the rest") {
+  Rig r(1024 * G, kDecay, kResidentDeps);
+  fake_res_per_granule = G / 64;
+  Extent a = r.used(320), b = r.used(240), c = r.used(160);
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(c));
+  r.c.evict_for(a.bytes());
+  REQUIRE(r.c.cached_bytes() == 720 * G);
+  std::uint32_t got = 0;
+  CHECK(r.c.take(200, 1, 0, false, &got) == b.start);  // the smallest that fits
+  r.live.push_back(Extent{b.start, 200});
+  CHECK(returned == 0);
+  CHECK(r.c.cached_bytes() == 520 * G);
+  CHECK(r.c.check() == nullptr);
+}
+
+namespace {
+// A mincore during which other threads act: a take of the block being
+// measured, written in full and freed at the same place; then a
+// commit_warm trial takes it (take_at) and puts it back with the age it
+// read before the first take (review).
+ReuseCache* race_cache = nullptr;
+std::uint32_t race_start = 0, race_n = 0;
+bool race_dense = false, race_armed = false;
+std::size_t racing_resident(const void* p, std::size_t len) {
+  (void)p;
+  const std::size_t seen = race_dense ? len : len / 64;
+  if (race_armed) {
+    race_armed = false;
+    std::uint32_t got = 0;
+    REQUIRE(race_cache->take(race_n, 1, 0, false, &got) == race_start);
+    race_dense = true;
+    fake_now = 20;
+    REQUIRE(race_cache->put(race_start, race_n));
+    REQUIRE(race_cache->take_at(race_start, race_n, false));
+    REQUIRE(race_cache->put(race_start, race_n, 10));
+    race_cache->end_trial(race_n);
+  }
+  return seen;
+}
+constexpr Deps kRacingDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, nullptr, nullptr, &racing_resident};
+}  // namespace
+
+TEST_CASE("cache: a measure is stored only on the entry it was taken of") {
+  Rig r(512 * G, kDecay, kRacingDeps);
+  race_cache = &r.c;
+  race_dense = false;
+  fake_now = 10;
+  Extent a = r.used(160);  // 10 MiB
+  REQUIRE(r.put(a));
+  race_start = a.start;
+  race_n = a.n;
+  race_armed = true;
+  // A 1 MiB miss measures a as it was (sparse) while it is rewritten: the
+  // entry there now (written in full) is not measured, nor the fraction
+  // learnt from it, so it counts its length and the fault its own: the cache
+  // keeps the slack less the fault (the stale measure would keep 10 MiB).
+  r.c.evict_for(std::size_t{1} << 20);
+  CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - (std::size_t{1} << 20));
+  CHECK(r.c.check() == nullptr);
+}
