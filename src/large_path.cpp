@@ -28,6 +28,9 @@ std::size_t user_offset(std::size_t align) {
 constexpr std::size_t kHuge = std::size_t{2} << 20;
 constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
 
+// mremap moves of a block before its next move is a copy (move_block).
+constexpr std::uint8_t kMaxMoves = 2;
+
 // Blocks of 2 MiB and more start on a 2 MiB boundary, so that any huge page
 // the kernel is willing to give (THP in `always` mode, a program's own
 // MADV_HUGEPAGE as numpy makes on its arrays, khugepaged) covers their
@@ -477,7 +480,15 @@ Result LargePath::move_block(Change& c, void** out) {
       return refusal(r);
     }
   }
-  const bool moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  // A block moved kMaxMoves times is copied instead, once: each move
+  // leaves its pages a mapping of their own (the kernel does not merge
+  // moved anonymous memory with what is mapped where it lands), and from
+  // kernel 6.17 on mremap moves a range of several mappings whole, so a
+  // bytearray grown by doubling would end up with one mapping per move
+  // (map_count's realloc growth: 28 steps of 1.25x, 32 blocks). The copy
+  // makes one fresh mapping again; every kMaxMoves-th move of a doubling
+  // block copies 1/2^kMaxMoves of what was written since the last copy.
+  const bool moved = c.h->moves < kMaxMoves && ops_.move_pages(c.old.base(a_), old_bytes, nbase);
   if (!moved) {
     if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
   } else {
@@ -528,6 +539,8 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
   nh->length = c.bytes;
   nh->requested = c.size;
+  // (Moved, the header came along with the pages; copied, it was copied.)
+  nh->moves = moved ? static_cast<std::uint8_t>(nh->moves + 1) : 0;
   a_.claim(c.p);
   a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
   a_.publish(user, to.start, nh->site);
