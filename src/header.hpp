@@ -23,8 +23,8 @@ struct BlockHeader {
   std::uint32_t site;       // call-site id (sites.hpp); 0 = none recorded
   Origin origin;
   std::uint8_t flags;
-  // mremap moves since the block was last made whole (allocated, or copied
-  // by a realloc): each leaves one more mapping in it (LargePath::move_block).
+  // mremap moves since the block was allocated or last copied by a
+  // realloc: each leaves one more mapping in it (LargePath::move_block).
   std::uint8_t moves;
   std::uint8_t pad;
   // How many blocks this sampled block stands for, in 1/256ths (sites.hpp):

@@ -23,7 +23,7 @@ namespace lowtide::libc {
 void* malloc_slow(std::size_t n);
 void free_slow(void* p);
 void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow);
-// small_fast's failure: take back what it counted (out of line).
+// The fast path's failure (malloc_miss, new_miss): take back what small_pop counted (out of line).
 void uncount_small_fast(std::size_t n, stats::Counter call);
 // The rest of free's fast path where mimalloc may make a system call (the
 // block's page empties, or it is huge or aligned): free() leaves errno
@@ -41,7 +41,7 @@ void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, s
 // (armed, not yet open): opens it once the thread is warm (from its next
 // free on), then p to mimalloc as free's fast path does.
 void free_arming(stats::Slot* st, void* p, const unsigned char* page);
-// small_fast's rest when the thread's bin of n's class (u) is empty or it
+// The fast path's rest when the thread's bin of n's class (u) is empty or it
 // has no cache yet: a bin from the class's shelf when it holds one (a
 // thread with no cache opens one if it is warm, kCacheWarm mallocs: a
 // producer that never frees), else mimalloc. On failure the counts are

@@ -84,8 +84,9 @@ int main() {
       std::memset(static_cast<char*>(q) + len[i] / 2, 0x5A, len[i] - len[i] / 2);
     }
   // Each mremap move leaves the moved pages a mapping of their own, and a
-  // block moved kMaxMoves (2) times is copied at its next move, so a grown
-  // block is at most 3 mappings (its front pieces, its tail). Before that
+  // block moved kMaxMoves (2) times is copied at its next move into a fresh
+  // extent (the cache is off here), so each of these blocks, written in
+  // full, is at most 3 mappings (its moved pieces, its tail). Before that
   // rule: 198 mappings for these 16 blocks on kernel 6.18 (mremap moves a
   // range of several mappings whole from 6.17 on); with it, 32.
   const std::size_t v_moved = vmas() - start;
