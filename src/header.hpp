@@ -23,10 +23,7 @@ struct BlockHeader {
   std::uint32_t site;       // call-site id (sites.hpp); 0 = none recorded
   Origin origin;
   std::uint8_t flags;
-  // mremap moves since the block was allocated or last copied by a
-  // realloc: each leaves one more mapping in it (LargePath::move_block).
-  std::uint8_t moves;
-  std::uint8_t pad;
+  std::uint8_t pad[2];
   // How many blocks this sampled block stands for, in 1/256ths (sites.hpp):
   // kept with the block so its free subtracts exactly what its allocation added.
   std::uint32_t site_weight;
@@ -54,8 +51,7 @@ inline void encode_header(BlockHeader* h, void* user, std::uint64_t base, std::u
   h->site = site;
   h->origin = origin;
   h->flags = flags;
-  h->moves = 0;
-  h->pad = 0;
+  h->pad[0] = h->pad[1] = 0;
   h->site_weight = site_weight;
   h->site_bytes = 0;
 }

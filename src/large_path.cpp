@@ -28,9 +28,6 @@ std::size_t user_offset(std::size_t align) {
 constexpr std::size_t kHuge = std::size_t{2} << 20;
 constexpr std::uint32_t kHugeGranules = static_cast<std::uint32_t>(kHuge / G);
 
-// mremap moves of a block before its next move is a copy (move_block).
-constexpr std::uint8_t kMaxMoves = 2;
-
 // Blocks of 2 MiB and more start on a 2 MiB boundary, so that any huge page
 // the kernel is willing to give (THP in `always` mode, a program's own
 // MADV_HUGEPAGE as numpy makes on its arrays, khugepaged) covers their
@@ -446,7 +443,7 @@ bool LargePath::grow_in_place(Change& c) {
 // The extent a moving block goes to. A cached block of up to 4x is taken
 // whole (*warm): the old pages move into its front, and its warm back is
 // where the next growth steps land, in place.
-Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm, bool copy) {
+Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
   const std::uint32_t huge_g = wants_huge(c.bytes) ? kHugeGranules : 1;
   std::uint32_t got = 0;
   std::uint32_t ns = cache_.take(c.need, huge_g, 0, true, &got);
@@ -457,9 +454,7 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm, bool copy) 
     c.new_usable = c.bytes - c.off;
     stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
-    // What is about to be faulted: the new tail, or all of it where the old
-    // pages are to be copied (both sets live until the old one goes back).
-    cache_.evict_for(copy ? c.bytes : c.bytes - c.old.bytes());
+    cache_.evict_for(c.bytes - c.old.bytes());
     ns = alloc_room(c.need, huge_g, 0, nullptr);
     if (ns == Arena::kNone) return Result::no_room;
   }
@@ -470,20 +465,9 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm, bool copy) 
 // Move: a new extent, the user pointer at the same offset in it (realloc
 // need not keep an alignment above 16, and pages move whole).
 Result LargePath::move_block(Change& c, void** out) {
-  // A block moved kMaxMoves times is copied at its next move into a fresh
-  // extent: each move leaves its pages a mapping of their own (the kernel
-  // does not merge moved anonymous memory with what is mapped where it
-  // lands), and from kernel 6.17 on mremap moves a range of several
-  // mappings whole, so a buffer grown by appends gained one mapping per
-  // move (map_count's realloc growth: 12 a block after 22 steps of 1.25x).
-  // The copy makes the block one fresh mapping; it copies the whole block
-  // every (kMaxMoves + 1)-th move. Only a block mostly resident is copied:
-  // a copy writes every page of the new block, a move brings only the
-  // pages there are (a sparse table would become resident in full).
-  const bool copy_wanted = c.h->moves >= kMaxMoves && ops_.resident(c.old.base(a_), c.old.bytes()) * 2 >= c.old.bytes();
   Extent to;
   bool warm = false;
-  if (Result r = find_new_extent(c, &to, &warm, copy_wanted); r != Result::ok) return r;
+  if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
   // Commit the tail first, so that once the pages have moved nothing can fail.
@@ -493,13 +477,9 @@ Result LargePath::move_block(Change& c, void** out) {
       return refusal(r);
     }
   }
-  // (Into a cached block the copy would gain nothing: it brings its own
-  // mappings. The head committed first: refused, by strict overcommit or
-  // the map count, the pages move as before.)
-  const bool copy = copy_wanted && !warm && ops_.commit(nbase, old_bytes) == pal::Commit::ok;
-  const bool moved = !copy && ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  const bool moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
   if (!moved) {
-    if (Result r = copy_instead(c, to, warm || copy); r != Result::ok) return r;
+    if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
   } else {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
@@ -510,10 +490,10 @@ Result LargePath::move_block(Change& c, void** out) {
 // mremap refused (an old kernel, or the block spans several VMAs since
 // someone madvised part of it): copy all the old block's usable bytes,
 // which the program may have written (glibc keeps them too).
-Result LargePath::copy_instead(Change& c, Extent to, bool head_ready) {
+Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
-  if (pal::Commit r = head_ready ? pal::Commit::ok : ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
+  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
     // Only the tail was committed; the head's pages are still dropped.
     ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
     a_.release(to.start, to.n);
@@ -548,8 +528,6 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   nh->base = reinterpret_cast<std::uint64_t>(nbase);
   nh->length = c.bytes;
   nh->requested = c.size;
-  // (Moved, the header came along with the pages; copied, it was copied.)
-  nh->moves = moved ? static_cast<std::uint8_t>(nh->moves + 1) : 0;
   a_.claim(c.p);
   a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
   a_.publish(user, to.start, nh->site);

@@ -77,9 +77,9 @@ class LargePath {
   Result shrink_in_place(Change& c, void** out);
   bool grow_into_cache(Change& c);
   bool grow_in_place(Change& c);
-  Result find_new_extent(Change& c, Extent* to, bool* warm, bool copy);
+  Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
-  Result copy_instead(Change& c, Extent to, bool head_ready);
+  Result copy_instead(Change& c, Extent to, bool warm);
   void finish_move(Change& c, Extent to, bool warm, bool moved, void** out);
 
   Arena& a_;

@@ -189,43 +189,6 @@ TEST_CASE("large path: mremap refused, the copy keeps the old block's usable byt
   r.path.release(blocker, "test");
 }
 
-TEST_CASE("large path: a block moved twice is copied at its next move, if mostly resident") {
-  // p's header says how often it has moved (set here as two moves would);
-  // a block right behind it, so the growth must move it.
-  auto grow = [](Rig& r, std::uint8_t moves, bool written, void** out) {
-    void* p = r.alloc(256 << 10);
-    void* blocker = r.alloc(256 << 10);
-    const std::size_t usable = r.path.usable(p, "test");
-    if (written) fill(p, usable, 5);
-    lowtide::header_of(p)->moves = moves;
-    REQUIRE(r.path.resize(p, 1 << 20, out) == Result::ok);
-    CHECK(*out != p);
-    if (written) CHECK(same(*out, usable, 5));
-    r.path.release(blocker, "test");
-    return lowtide::header_of(*out)->moves;
-  };
-  void* q = nullptr;
-  SECTION("once moved: moved again, counted") {
-    Rig r;
-    const std::uint8_t m = grow(r, 1, true, &q);
-    CHECK(faults.moves == 1);
-    if (faults.moved) CHECK(m == 2);  // (valgrind refuses the move: a copy)
-    r.path.release(q, "test");
-  }
-  SECTION("twice moved, written in full: copied into a fresh extent, the count reset") {
-    Rig r;
-    CHECK(grow(r, 2, true, &q) == 0);
-    CHECK(faults.moves == 0);
-    r.path.release(q, "test");
-  }
-  SECTION("twice moved, hardly written: moved (a copy would make every page resident)") {
-    Rig r;
-    grow(r, 2, false, &q);
-    CHECK(faults.moves == 1);
-    r.path.release(q, "test");
-  }
-}
-
 TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {
   Rig r;
   void* p = r.alloc(256 << 10);
