@@ -200,6 +200,19 @@ bool ReuseCache::settle(std::uint32_t need, std::uint32_t align_g, std::uint32_t
   }
 }
 
+// Split the first k granules (fewer than it has) off entry e, which keeps
+// the rest with its age and a resident bound no larger than the rest; the
+// front, out of the cache, is returned. Under mu_.
+ReuseCache::Entry ReuseCache::split_front(Entry& e, std::uint32_t k) {
+  arena_.split(e.start, e.n, k);
+  const Entry front{e.start, k, e.freed_ns};
+  e.start += k;
+  e.n -= k;
+  bytes_held_ -= Extent::bytes_of(k);
+  if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
+  return front;
+}
+
 // Hand out the first `want` granules of entry i (all of it if it has no
 // more): the rest stays cached where it is, with its age. Under mu_.
 std::uint32_t ReuseCache::cut(int i, std::uint32_t want) {
@@ -208,11 +221,7 @@ std::uint32_t ReuseCache::cut(int i, std::uint32_t want) {
   if (e.n <= want) {
     remove_at(i);
   } else {
-    arena_.split(e.start, e.n, want);
-    e.start += want;
-    e.n -= want;
-    bytes_held_ -= Extent::bytes_of(want);
-    if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
+    split_front(e, want);
   }
   recompute_oldest();
   return s;
@@ -243,12 +252,7 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
       remove_at(o);
     } else {
       auto k = Extent::granules_of(bytes + G - 1);
-      arena_.split(e.start, e.n, k);
-      out[n++] = Entry{e.start, k, e.freed_ns};
-      e.start += k;
-      e.n -= k;
-      bytes_held_ -= Extent::bytes_of(k);
-      if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
+      out[n++] = split_front(e, k);
       bytes = 0;
     }
   }
@@ -493,15 +497,9 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   if (cached_bytes() + want <= kMissSlack) return;
   Entry out[kSlots];
   Reason why[kSlots];
-  if (deps_.resident == nullptr) {
-    lock();
-    account_time(deps_.now_ns());
-    int n = bytes_held_ + want > kMissSlack ? trim_oldest(bytes_held_ + want - kMissSlack, out, why, Reason::room) : 0;
-    unlock_giving(out, n);
-    give_back(out, why, n);
-    return;
-  }
-  measure_entries();
+  // (Without Deps::resident nothing is measured: every entry and the fault
+  // count their lengths.)
+  if (deps_.resident != nullptr) measure_entries();
   const std::uint64_t now = deps_.now_ns();
   std::size_t frac = resident_frac_.get(now, decay_ns_);
   frac = frac == 0 ? kFracOne : frac - 1;  // none measured lately: all of it
@@ -577,13 +575,7 @@ int ReuseCache::trim_to_cost(std::size_t most, Entry* out, Reason* why_out) {
       cost -= c;
       remove_at(o);
     } else {
-      const std::uint32_t k = e.n - keep_g;
-      arena_.split(e.start, e.n, k);
-      out[n++] = Entry{e.start, k, e.freed_ns};
-      e.start += k;
-      e.n = keep_g;
-      bytes_held_ -= Extent::bytes_of(k);
-      if (e.res != kUnmeasured && e.res > Extent::bytes_of(keep_g)) e.res = Extent::bytes_of(keep_g);
+      out[n++] = split_front(e, e.n - keep_g);
       cost = cost - c + cost_of(e);
     }
   }

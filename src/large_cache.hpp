@@ -311,6 +311,7 @@ class ReuseCache {
   void note_request(std::uint64_t now);                   // lock-free
   void account_time(std::uint64_t now);                   // under mu_, before bytes_held_ changes
   std::uint32_t cut(int i, std::uint32_t want);
+  Entry split_front(Entry& e, std::uint32_t k);
   int oldest() const;
   int trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why);
   static std::size_t cost_of(const Entry& e);
