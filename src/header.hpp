@@ -11,6 +11,11 @@ enum class Origin : std::uint8_t { malloc = 0, calloc, realloc, aligned, new_op,
 
 enum HeaderFlags : std::uint8_t {
   kFromSmall = 1,  // moved over from the small path by a realloc
+  // Moved by a realloc as one mapping (pal::move_grow): it grows in place
+  // as the same mapping (pal::grow_mapping), since a tail mapped behind its
+  // moved pages would be a mapping of its own. A hint only: a wrong bit
+  // costs a refused mremap and a mapping, never correctness.
+  kMovedWhole = 2,
 };
 
 struct BlockHeader {

@@ -410,6 +410,7 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
 bool LargePath::grow_into_cache(Change& c) {
   if (!cache_.take_at(c.old.end(), c.need - c.old.n)) return false;
   a_.join(c.old.start, c.old.n, c.need);
+  c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);  // the cached extent is a mapping of its own
   if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
   c.h->length = c.bytes;
   c.h->requested = c.size;
@@ -423,6 +424,31 @@ bool LargePath::grow_into_cache(Change& c) {
 bool LargePath::grow_in_place(Change& c) {
   if (!a_.grow(c.old.start, c.old.n, c.need)) return false;
   const Extent tail{c.old.end(), c.need - c.old.n};
+  // A block moved as one mapping grows as the same mapping: a tail mapped
+  // behind its moved pages would be a mapping of its own (the kernel merges
+  // anonymous memory only where its page offsets line up).
+  if ((c.h->flags & kMovedWhole) != 0 && ops_.grow_mapping != nullptr) {
+    switch (ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes)) {
+      case pal::Grow::grown:
+        if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
+        large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
+        c.h->length = c.bytes;
+        c.h->requested = c.size;
+        account(c, stats::large_in_place);
+        return true;
+      case pal::Grow::lost:
+        // Another mapping took part of the tail while it was a hole: the
+        // tail stays a used extent for good (never mapped over), and the
+        // block moves instead.
+        a_.split(c.old.start, c.need, c.old.n);
+        large::space.lost.fetch_add(tail.bytes(), std::memory_order_relaxed);
+        c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
+        return false;
+      case pal::Grow::refused:
+        c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);  // the commit below adds a mapping
+        break;
+    }
+  }
   if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
     // Refused (at vm.max_map_count it may need a split): try a move, which
     // may find a cached block that needs no syscall.
@@ -470,6 +496,27 @@ Result LargePath::move_block(Change& c, void** out) {
   if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
+  char* obase = c.old.base(a_);
+  // A block within one mapping moves and grows as one mapping, so that
+  // growing buffers do not pile up a mapping per move (issue 14 part 5).
+  // Not into a cached block: its warm pages would be dropped for fresh ones.
+  if (!warm && ops_.move_grow != nullptr && ops_.one_mapping(obase, old_bytes)) {
+    if (ops_.move_grow(obase, old_bytes, nbase, c.bytes)) {
+      stats::add(c.st, stats::large_remap_bytes, old_bytes);
+      finish_move(c, to, warm, true, out, ops_.fill_hole(obase, old_bytes));
+      header_of(*out)->flags |= kMovedWhole;
+      return Result::ok;
+    }
+    // Refused. mremap may have unmapped the new extent before refusing (it
+    // does up to 6.16 at least), so it is mapped again; where that is
+    // refused, it is either still mapped or another mapping took the hole,
+    // which cannot be told apart: the extent is lost and another found.
+    if (!ops_.fill_hole(nbase, c.bytes)) {
+      large::space.lost.fetch_add(c.bytes, std::memory_order_relaxed);
+      if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
+      nbase = to.base(a_);
+    }
+  }
   // Commit the tail first, so that once the pages have moved nothing can fail.
   if (!warm) {
     if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
@@ -484,6 +531,7 @@ Result LargePath::move_block(Change& c, void** out) {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
   finish_move(c, to, warm, moved, out);
+  header_of(*out)->flags &= static_cast<std::uint8_t>(~kMovedWhole);  // pieces now, or a copy
   return Result::ok;
 }
 
@@ -511,7 +559,7 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
 
 // The block's header and pointer now live in `to`: account, give the old
 // extent back, publish the new one.
-void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** out) {
+void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** out, bool old_mapped) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
   // Advised once the head is in: moved pages keep their old mapping's
@@ -529,7 +577,10 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   nh->length = c.bytes;
   nh->requested = c.size;
   a_.claim(c.p);
-  a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
+  // An old extent another mapping took part of (pal::fill_hole) stays used
+  // for good: giving it back would let a later commit map over that mapping.
+  if (old_mapped) a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
+  else large::space.lost.fetch_add(old_bytes, std::memory_order_relaxed);
   a_.publish(user, to.start, nh->site);
   if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);

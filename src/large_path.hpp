@@ -80,7 +80,8 @@ class LargePath {
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
   Result copy_instead(Change& c, Extent to, bool warm);
-  void finish_move(Change& c, Extent to, bool warm, bool moved, void** out);
+  // old_mapped false: the old extent is lost (a hole move_grow left was taken).
+  void finish_move(Change& c, Extent to, bool warm, bool moved, void** out, bool old_mapped = true);
 
   Arena& a_;
   cache::ReuseCache& cache_;

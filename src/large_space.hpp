@@ -20,6 +20,11 @@ struct Space {
   bool advise_huge = false;
   std::atomic<std::size_t> blocks{0};  // live large blocks
   std::atomic<std::size_t> mapped{0};  // bytes committed for them (and the cache)
+  // Bytes of the range lost for good: a moved block's old extent whose hole
+  // (pal::move_grow) another mapping took before it was filled again. They
+  // stay a used extent of the arena that nothing publishes, so nothing ever
+  // maps there again.
+  std::atomic<std::size_t> lost{0};
 };
 extern Space space;
 

@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -180,6 +182,87 @@ void decommit(void* p, std::size_t len) {
 bool move_pages(void* src, std::size_t len, void* dst) {
   void* r = ::mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
   return r == dst;
+}
+
+namespace {
+// PROCMAP_QUERY's argument (include/uapi/linux/fs.h, Linux 6.11): Debian
+// 12's headers predate it. The kernel checks `size`, so a kernel with a
+// longer struct still accepts this one.
+struct ProcmapQuery {
+  std::uint64_t size, query_flags, query_addr;
+  std::uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+  std::uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+  std::uint64_t vma_name_addr, build_id_addr;
+};
+static_assert(sizeof(ProcmapQuery) == 104, "PROCMAP_QUERY's struct is 104 bytes");
+constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
+}  // namespace
+
+bool one_mapping(const void* p, std::size_t len) {
+  const int saved = errno;
+  // Opened each time, not kept: a program closing every descriptor it did
+  // not open (daemons do) would leave a kept one pointing at its next file.
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    errno = saved;
+    return false;
+  }
+  ProcmapQuery q{};
+  q.size = sizeof q;
+  q.query_addr = reinterpret_cast<std::uintptr_t>(p);  // flags 0: the mapping covering it
+  const bool ok = ::ioctl(fd, kProcmapQuery, &q) == 0 && q.vma_start <= q.query_addr &&
+                  q.vma_end >= q.query_addr && q.vma_end - q.query_addr >= len;
+  ::close(fd);
+  errno = saved;
+  return ok;
+}
+
+namespace {
+// Whether a growth by mremap may be tried: not where the kernel would
+// charge or lock the growth (mode 2, mlockall(MCL_FUTURE)), and not under
+// an address-space or data limit, the refusals that come after mremap has
+// unmapped its destination and can be foreseen (the other is a block the
+// program mlock()ed past RLIMIT_MEMLOCK).
+bool growth_by_mremap_ok() {
+  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
+      locking.load(std::memory_order_seq_cst) != 0)
+    return false;
+  struct rlimit as, data;
+  return ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY && ::getrlimit(RLIMIT_DATA, &data) == 0 &&
+         data.rlim_cur == RLIM_INFINITY;
+}
+}  // namespace
+
+bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len) {
+  const int saved = errno;
+  const bool ok = growth_by_mremap_ok() && ::mremap(src, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst;
+  errno = saved;
+  return ok;
+}
+
+Grow grow_mapping(void* p, std::size_t len, std::size_t new_len) {
+  const int saved = errno;
+  char* tail = static_cast<char*>(p) + len;
+  // munmap refuses only where it would split a mapping past
+  // vm.max_map_count, and then unmaps nothing.
+  if (!growth_by_mremap_ok() || ::munmap(tail, new_len - len) != 0) {
+    errno = saved;
+    return Grow::refused;
+  }
+  const bool ok = ::mremap(p, len, new_len, 0) == p;
+  errno = saved;
+  if (ok) return Grow::grown;
+  return fill_hole(tail, new_len - len) ? Grow::refused : Grow::lost;
+}
+
+bool fill_hole(void* p, std::size_t len) {
+  const int saved = errno;
+  void* r = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED_NOREPLACE, -1, 0);
+  errno = saved;
+  if (r == p) return true;
+  // A kernel before 4.17 takes the flag as a hint and maps elsewhere.
+  if (r != MAP_FAILED) ::munmap(r, len);
+  return false;
 }
 
 void unmap(void* p, std::size_t len) { ::munmap(p, len); }

@@ -59,6 +59,35 @@ int munlockall();
 // them, each piece staying a mapping of its own: docs/design-notes.md,
 // "Mappings").
 bool move_pages(void* src, std::size_t len, void* dst);
+// Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
+// on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
+// when it does not, or when it cannot be told (an older kernel, no /proc).
+bool one_mapping(const void* p, std::size_t len);
+// Move the pages of [src, src+len) to dst and grow the mapping there to
+// new_len, as one mapping (mremap without MREMAP_DONTUNMAP, which refuses to
+// grow): the block stays one mapping however often it moves, where a move
+// into a tail committed beforehand leaves it one mapping more each time
+// (the kernel does not merge moved anonymous memory with memory mapped where
+// it lands). The price: src is left unmapped, a hole another thread's mmap
+// may take until fill_hole maps it again. Only for a src within one mapping
+// (one_mapping), outside vm.overcommit_memory=2 and mlockall(MCL_FUTURE):
+// on older kernels a refusal may come after dst was unmapped. False when
+// refused, or when one of those holds.
+bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len);
+// Grow the mapping [p, p+len) in place to new_len as the same mapping
+// (munmap of [p+len, p+new_len), then mremap without MREMAP_MAYMOVE): a
+// block move_grow moved stays one mapping, where a tail mapped behind its
+// moved pages would be a mapping of its own. The tail is a hole between
+// the two calls; if the mremap is refused (another mapping took some of
+// it, p's range is no longer one mapping) it is mapped again with
+// fill_hole. Same conditions as move_grow.
+enum class Grow { grown, refused, lost };  // lost: fill_hole refused, the tail is not ours
+Grow grow_mapping(void* p, std::size_t len, std::size_t new_len);
+// Map the hole [p, p+len) that move_grow left PROT_NONE again, as the
+// reservation around it (MAP_FIXED_NOREPLACE: never over a mapping someone
+// else made there meanwhile). False if any of it was taken: the caller must
+// then never map there again (Arena: the extent stays used for good).
+bool fill_hole(void* p, std::size_t len);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
@@ -146,8 +175,14 @@ struct PageOps {
   std::size_t (*resident)(const void* p, std::size_t len);
   // Arena::give_back's read-write release; null: always decommit (tests).
   bool (*drop_writable)(void* p, std::size_t len) = nullptr;
+  // A move that keeps the block one mapping (move_grow, after one_mapping,
+  // then fill_hole on its source); null: moves as move_pages (tests).
+  bool (*one_mapping)(const void* p, std::size_t len) = nullptr;
+  bool (*move_grow)(void* src, std::size_t len, void* dst, std::size_t new_len) = nullptr;
+  bool (*fill_hole)(void* p, std::size_t len) = nullptr;
+  Grow (*grow_mapping)(void* p, std::size_t len, std::size_t new_len) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
-                                  &resident_bytes,   &drop_writable};
+                                  &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping};
 
 }  // namespace lowtide::pal

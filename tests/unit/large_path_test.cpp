@@ -1,10 +1,12 @@
 // The large path alone, over a test arena and a fake platform: the real
 // page operations, each made to fail on demand.
 #include <catch2/catch.hpp>
+#include <sys/mman.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -71,8 +73,9 @@ struct Rig {
   std::size_t mapped0 = lowtide::large::space.mapped.load();
   std::size_t blocks0 = lowtide::large::space.blocks.load();
   lowtide::cache::ReuseCache cache{a, kCacheDeps};
-  LargePath path{a, cache, kFakeOps};
-  explicit Rig(std::size_t cap = 0) {
+  const pal::PageOps& ops;
+  LargePath path{a, cache, ops};
+  explicit Rig(std::size_t cap = 0, const pal::PageOps& o = kFakeOps) : ops(o) {
     faults = Faults{};
     cache.configure(cap, 1000);
     REQUIRE(a.free_granules() == total);
@@ -114,6 +117,68 @@ std::vector<void*> fill_range(LargePath& path, std::size_t block) {
   }
   std::sort(held.begin(), held.end());
   return held;
+}
+
+// The moves that keep a block one mapping (pal::move_grow), refused on demand.
+struct GrowFaults {
+  // 0: the real move; 1: refused, the new extent left as it was; 2: refused
+  // after unmapping the new extent (mremap_to unmaps first up to 6.16).
+  int refuse = 0;
+  int fills_refused = 0;  // fill_hole calls refused before the real ones
+  int grows = 0, fills = 0;
+  void* last_dst = nullptr;
+  std::size_t last_len = 0;
+  bool lose_tail = false;  // grow_mapping: another mapping took the tail's hole
+  int expansions = 0;
+};
+GrowFaults grow_faults;
+
+bool fake_move_grow(void* src, std::size_t len, void* dst, std::size_t new_len) {
+  ++grow_faults.grows;
+  grow_faults.last_dst = dst;
+  grow_faults.last_len = new_len;
+  if (grow_faults.refuse == 1) return false;
+  if (grow_faults.refuse == 2) {
+    ::munmap(dst, new_len);
+    return false;
+  }
+  return pal::move_grow(src, len, dst, new_len);
+}
+bool fake_fill_hole(void* p, std::size_t len) {
+  ++grow_faults.fills;
+  if (grow_faults.fills_refused > 0) {
+    --grow_faults.fills_refused;
+    return false;
+  }
+  return pal::fill_hole(p, len);
+}
+
+pal::Grow fake_grow_mapping(void* p, std::size_t len, std::size_t new_len) {
+  ++grow_faults.expansions;
+  if (grow_faults.lose_tail) {
+    ::munmap(static_cast<char*>(p) + len, new_len - len);  // the hole, as if someone's mapping sat there
+    return pal::Grow::lost;
+  }
+  return pal::grow_mapping(p, len, new_len);
+}
+
+constexpr pal::PageOps kGrowOps{&fake_commit,    &pal::decommit,  &fake_move,          &pal::advise_hugepage,
+                                &fake_overcommit, &pal::resident_bytes, nullptr,     &pal::one_mapping,
+                                &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping};
+
+// Mappings (/proc/self/maps lines) that overlap [p, p+len).
+int mappings_over(const void* p, std::size_t len) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return -1;
+  const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + len;
+  char line[512];
+  int n = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long a = 0, b = 0;
+    if (std::sscanf(line, "%lx-%lx", &a, &b) == 2 && a < hi && b > lo) ++n;
+  }
+  std::fclose(f);
+  return n;
 }
 
 // Huge-page advice off for a case (blocks then need no alignment gaps).
@@ -238,6 +303,148 @@ TEST_CASE("large path: growth in place refused by the kernel falls back to a mov
   CHECK(same(q, old_usable, 5));
   CHECK(r.a.check() == nullptr);
   r.path.release(q, "test");
+}
+
+TEST_CASE("large path: a block within one mapping moves as one mapping, and grows in place as one") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  fill(p, 256 << 10, 11);
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(grow_faults.grows == 1);
+  CHECK(faults.moves == 0);  // not the move into a tail committed first
+  CHECK(grow_faults.fills == 1);  // the old extent's hole, mapped again
+  CHECK(same(q, 256 << 10, 11));
+  const auto* h = lowtide::header_of(q);
+  CHECK((h->flags & lowtide::kMovedWhole) != 0);
+  // One mapping, where a move into a committed tail makes two (the moved
+  // pages never merge with the tail).
+  CHECK(mappings_over(reinterpret_cast<void*>(h->base), h->length) == 1);
+  // Growing again with free room behind it: in place, as the same mapping
+  // (a tail committed behind the moved pages would be a second one).
+  fill(q, 1 << 20, 12);
+  void* s = nullptr;
+  REQUIRE(r.path.resize(q, 2 << 20, &s) == Result::ok);
+  CHECK(s == q);
+  CHECK(grow_faults.grows == 1);
+  CHECK(grow_faults.expansions == 1);
+  CHECK(same(s, 1 << 20, 12));
+  h = lowtide::header_of(s);
+  CHECK(h->length >= (2u << 20));
+  CHECK(mappings_over(reinterpret_cast<void*>(h->base), h->length) == 1);
+  // The grown part reads as zeros and can be written.
+  const auto* grown = static_cast<const unsigned char*>(s) + (1 << 20);
+  bool zero = true;
+  for (std::size_t i = 0; i < (1u << 20); ++i) zero &= grown[i] == 0;
+  CHECK(zero);
+  std::memset(static_cast<char*>(s) + (1 << 20), 0x77, 1 << 20);
+  CHECK(r.a.check() == nullptr);
+  r.path.release(s, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("large path: a moved block's old extent is lost, not reused, when its hole was taken") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  const auto* h = lowtide::header_of(p);
+  char* old_base = reinterpret_cast<char*>(h->base);
+  const std::size_t old_len = h->length;
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  const std::uint32_t free_before = r.a.free_granules();
+  grow_faults.fills_refused = 1;  // another mapping took the old extent's hole
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(lowtide::large::space.lost.load() == lost0 + old_len);
+  // The old extent stayed used: only the new block's granules left the free lists.
+  const auto new_g = static_cast<std::uint32_t>(lowtide::header_of(q)->length / G);
+  CHECK(r.a.free_granules() == free_before - new_g);
+  CHECK(r.a.check() == nullptr);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+  // The test's own cleanup: the hole mapped again, the extent freed.
+  REQUIRE(pal::fill_hole(old_base, old_len));
+  r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(old_base) - r.a.base()) / G),
+              static_cast<std::uint32_t>(old_len / G));
+  lowtide::large::space.lost.fetch_sub(old_len);
+}
+
+TEST_CASE("large path: a tail lost while it was a hole stays used, and the block moves") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  fill(p, 256 << 10, 21);
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);  // moved as one mapping
+  REQUIRE((lowtide::header_of(q)->flags & lowtide::kMovedWhole) != 0);
+  const auto* h = lowtide::header_of(q);
+  char* tail = reinterpret_cast<char*>(h->base) + h->length;
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  grow_faults.lose_tail = true;
+  void* s = nullptr;
+  REQUIRE(r.path.resize(q, 2 << 20, &s) == Result::ok);
+  CHECK(s != q);  // moved, not grown over what is no longer ours
+  CHECK(grow_faults.expansions == 1);
+  const std::size_t tail_len = lowtide::large::space.lost.load() - lost0;
+  CHECK(tail_len > 0);
+  CHECK(tail_len % G == 0);
+  CHECK(same(s, 256 << 10, 21));
+  CHECK(r.a.check() == nullptr);
+  // The lost tail is a used extent no block owns: the arena's only leftover.
+  r.path.release(s, "test");
+  r.path.release(blocker, "test");
+  CHECK(r.a.free_granules() == r.total - tail_len / G);
+  REQUIRE(pal::fill_hole(tail, tail_len));
+  r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(tail) - r.a.base()) / G),
+              static_cast<std::uint32_t>(tail_len / G));
+  lowtide::large::space.lost.fetch_sub(tail_len);
+}
+
+TEST_CASE("large path: a refused one-mapping move falls back to the move into a committed tail") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  fill(p, 256 << 10, 13);
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  void* q = nullptr;
+  SECTION("refused after the new extent was unmapped: it is mapped again and used") {
+    grow_faults.refuse = 2;
+    REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+    CHECK(grow_faults.fills == 1);  // the new extent, before the fallback maps over it
+    CHECK(lowtide::large::space.lost.load() == lost0);
+    CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) == grow_faults.last_dst);
+  }
+  SECTION("refused, and mapping the new extent again refused: it is lost, another used") {
+    grow_faults.refuse = 1;
+    grow_faults.fills_refused = 1;
+    REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+    CHECK(lowtide::large::space.lost.load() == lost0 + grow_faults.last_len);
+    CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) != grow_faults.last_dst);
+  }
+  CHECK(q != p);
+  CHECK(grow_faults.grows == 1);
+  CHECK(faults.moves == 1);
+  CHECK(same(q, 256 << 10, 13));
+  CHECK((lowtide::header_of(q)->flags & lowtide::kMovedWhole) == 0);
+  CHECK(r.a.check() == nullptr);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+  if (lowtide::large::space.lost.load() != lost0) {  // the lost extent (still mapped: refuse = 1)
+    r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(grow_faults.last_dst) - r.a.base()) / G),
+                static_cast<std::uint32_t>(grow_faults.last_len / G));
+    lowtide::large::space.lost.fetch_sub(grow_faults.last_len);
+  }
 }
 
 TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed") {
