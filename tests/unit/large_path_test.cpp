@@ -11,6 +11,10 @@
 #include <thread>
 #include <vector>
 
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+
 #include "arena.hpp"
 #include "test_arena.hpp"
 #include "large_cache.hpp"
@@ -165,6 +169,14 @@ pal::Grow fake_grow_mapping(void* p, std::size_t len, std::size_t new_len) {
 constexpr pal::PageOps kGrowOps{&fake_commit,    &pal::decommit,  &fake_move,          &pal::advise_hugepage,
                                 &fake_overcommit, &pal::resident_bytes, nullptr,     &pal::one_mapping,
                                 &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping};
+
+bool under_valgrind() {
+#if __has_include(<valgrind/valgrind.h>)
+  return RUNNING_ON_VALGRIND != 0;
+#else
+  return false;
+#endif
+}
 
 // Mappings (/proc/self/maps lines) that overlap [p, p+len).
 int mappings_over(const void* p, std::size_t len) {
@@ -335,7 +347,9 @@ TEST_CASE("large path: a block within one mapping moves as one mapping, and grow
   CHECK(same(s, 1 << 20, 12));
   h = lowtide::header_of(s);
   CHECK(h->length >= (2u << 20));
-  CHECK(mappings_over(reinterpret_cast<void*>(h->base), h->length) == 1);
+  // (valgrind grows a mapping in place in its own address-space manager,
+  // as a mapping of its own: the count is the kernel's, checked natively.)
+  if (!under_valgrind()) CHECK(mappings_over(reinterpret_cast<void*>(h->base), h->length) == 1);
   // The grown part reads as zeros and can be written.
   const auto* grown = static_cast<const unsigned char*>(s) + (1 << 20);
   bool zero = true;
