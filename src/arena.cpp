@@ -464,4 +464,16 @@ std::uint32_t Arena::claim(const void* user) {
   return static_cast<std::uint32_t>(v);
 }
 
+bool Arena::lose(std::uint32_t start, std::uint32_t n) {
+  lock();
+  const int i = lost_n_.load(std::memory_order_relaxed);
+  const bool ok = i < kLostMax;
+  if (ok) {
+    lost_[i].store(std::uint64_t{start} << 32 | n, std::memory_order_relaxed);
+    lost_n_.store(i + 1, std::memory_order_release);
+  }
+  unlock();
+  return ok;
+}
+
 }  // namespace lowtide

@@ -21,9 +21,28 @@ class Arena {
   // false when no reservation could be made; the arena then stays empty.
   bool init(std::size_t want, std::size_t min);
 
+  // Whether p is in the range and not in a lost extent (lose()): the
+  // pointers every entry point routes to the large path.
   bool contains(const void* p) const {
-    return reinterpret_cast<std::uintptr_t>(p) - base_ < size_;
+    const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(p) - base_;
+    if (off >= size_) return false;
+    return __builtin_expect(lost_n_.load(std::memory_order_acquire) == 0, 1) || !in_lost(off >> kGranuleShift);
   }
+  // The used extent [start, start+n) is lost for good: a hole lowtide left
+  // there for a moment (pal::move_grow, pal::grow_mapping) was taken by
+  // another mapping, which may be anyone's (mimalloc's, the program's).
+  // It stays used, so lowtide never maps there again, and from now on
+  // contains() says no for pointers in it, so that freeing a block
+  // someone else put there goes to them, not to the "invalid pointer"
+  // check. False when the table is full (kLostMax): callers make holes
+  // only while may_lose().
+  bool lose(std::uint32_t start, std::uint32_t n);
+  // Room to record more (half the table: threads making holes at once
+  // each need a slot should they lose theirs).
+  bool may_lose() const { return lost_n_.load(std::memory_order_acquire) < kLostMax / 2; }
+  // For tests: forget every lost extent (the test has mapped and released them).
+  void forget_lost() { lost_n_.store(0, std::memory_order_release); }
+  static constexpr int kLostMax = 32;
   bool ready() const { return size_ != 0; }
   std::size_t size() const { return size_; }
   std::uintptr_t base() const { return base_; }
@@ -211,6 +230,17 @@ class Arena {
   std::atomic<std::uint32_t> open_{0};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::atomic<int> giving_back_{0};  // give_backs under way
+  // Lost extents (lose()): start << 32 | n, published before the count.
+  std::atomic<std::uint64_t> lost_[kLostMax]{};
+  std::atomic<int> lost_n_{0};
+  bool in_lost(std::uintptr_t g) const {
+    const int n = lost_n_.load(std::memory_order_acquire);
+    for (int i = 0; i < n && i < kLostMax; ++i) {
+      const std::uint64_t v = lost_[i].load(std::memory_order_relaxed);
+      if (g - (v >> 32) < (v & 0xffffffffu)) return true;
+    }
+    return false;
+  }
   std::atomic<int> hiding_{0};        // give_backs and protect_free under way (settle)
   std::atomic<std::uint64_t> ended_{0};  // and ended (settle's epoch)
   // The runs give_backs hold out of the free lists (under mu_); past

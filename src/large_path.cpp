@@ -420,6 +420,20 @@ bool LargePath::grow_into_cache(Change& c) {
   return true;
 }
 
+// The moves that leave a hole in the range for a moment (pal::move_grow,
+// pal::grow_mapping): only where the kernel will not refuse them for a
+// reason lowtide can see, and while a lost hole can still be recorded.
+bool LargePath::may_make_holes() const {
+  return ops_.move_grow != nullptr && a_.may_lose() && ops_.mremap_growth_ok();
+}
+
+// An extent a hole left lowtide's hands: kept used for good, and its
+// pointers no longer routed here (Arena::lose).
+void LargePath::lose(Extent e) {
+  a_.lose(e.start, e.n);
+  large::space.lost.fetch_add(e.bytes(), std::memory_order_relaxed);
+}
+
 // Grow in place by carving the adjacent free extent: no copy, no move.
 bool LargePath::grow_in_place(Change& c) {
   if (!a_.grow(c.old.start, c.old.n, c.need)) return false;
@@ -427,7 +441,7 @@ bool LargePath::grow_in_place(Change& c) {
   // A block moved as one mapping grows as the same mapping: a tail mapped
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
-  if ((c.h->flags & kMovedWhole) != 0 && ops_.grow_mapping != nullptr) {
+  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes()) {
     switch (ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes)) {
       case pal::Grow::grown:
         if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
@@ -441,7 +455,7 @@ bool LargePath::grow_in_place(Change& c) {
         // tail stays a used extent for good (never mapped over), and the
         // block moves instead.
         a_.split(c.old.start, c.need, c.old.n);
-        large::space.lost.fetch_add(tail.bytes(), std::memory_order_relaxed);
+        lose(tail);
         c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
         return false;
       case pal::Grow::refused:
@@ -500,19 +514,21 @@ Result LargePath::move_block(Change& c, void** out) {
   // A block within one mapping moves and grows as one mapping, so that
   // growing buffers do not pile up a mapping per move (issue 14 part 5).
   // Not into a cached block: its warm pages would be dropped for fresh ones.
-  if (!warm && ops_.move_grow != nullptr && ops_.one_mapping(obase, old_bytes)) {
+  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes)) {
     if (ops_.move_grow(obase, old_bytes, nbase, c.bytes)) {
       stats::add(c.st, stats::large_remap_bytes, old_bytes);
       finish_move(c, to, warm, true, out, ops_.fill_hole(obase, old_bytes));
       header_of(*out)->flags |= kMovedWhole;
       return Result::ok;
     }
-    // Refused. mremap may have unmapped the new extent before refusing (it
-    // does up to 6.16 at least), so it is mapped again; where that is
-    // refused, it is either still mapped or another mapping took the hole,
-    // which cannot be told apart: the extent is lost and another found.
+    // Refused by the kernel, which may have unmapped the new extent first
+    // (up to 6.16 at least; 6.18 checks first): it is mapped again. Where
+    // that is refused it is either still mapped or someone's mmap took the
+    // hole, which cannot be told apart: the extent is lost and another
+    // found. The refusals that can be foreseen were (mremap_growth_ok), so
+    // this is a kernel out of memory or a lock lowtide did not see.
     if (!ops_.fill_hole(nbase, c.bytes)) {
-      large::space.lost.fetch_add(c.bytes, std::memory_order_relaxed);
+      lose(to);
       if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
       nbase = to.base(a_);
     }
@@ -580,7 +596,7 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   // An old extent another mapping took part of (pal::fill_hole) stays used
   // for good: giving it back would let a later commit map over that mapping.
   if (old_mapped) a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
-  else large::space.lost.fetch_add(old_bytes, std::memory_order_relaxed);
+  else lose(c.old);
   a_.publish(user, to.start, nh->site);
   if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);

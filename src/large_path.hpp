@@ -77,6 +77,8 @@ class LargePath {
   Result shrink_in_place(Change& c, void** out);
   bool grow_into_cache(Change& c);
   bool grow_in_place(Change& c);
+  bool may_make_holes() const;
+  void lose(Extent e);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
   Result copy_instead(Change& c, Extent to, bool warm);

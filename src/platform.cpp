@@ -125,6 +125,10 @@ namespace {
 // are being made PROT_NONE, and no free may make one read-write meanwhile).
 std::atomic<bool> locked_future{false};
 std::atomic<int> locking{0};
+// Some memory may be locked: mlockall(MCL_CURRENT) or mlock/mlock2 called
+// through lowtide's symbols since the last munlockall. mremap populates
+// and locks what it grows of a locked mapping (mremap_growth_ok).
+std::atomic<bool> locked_some{false};
 }  // namespace
 
 void mlockall_begin() { locking.fetch_add(1, std::memory_order_seq_cst); }
@@ -140,6 +144,7 @@ int mlockall(int flags) {
   const long r = ::syscall(SYS_mlockall, flags);
   // The kernel replaces the process's default lock flags on every call.
   if (r == 0) locked_future.store((flags & MCL_FUTURE) != 0, std::memory_order_relaxed);
+  if (r == 0 && (flags & MCL_CURRENT) != 0) locked_some.store(true, std::memory_order_relaxed);
   locking.fetch_sub(1, std::memory_order_seq_cst);
   return r == 0 ? 0 : -1;
 }
@@ -147,7 +152,15 @@ int mlockall(int flags) {
 int munlockall() {
   if (::syscall(SYS_munlockall) != 0) return -1;
   locked_future.store(false, std::memory_order_relaxed);
+  locked_some.store(false, std::memory_order_relaxed);
   return 0;
+}
+
+int mlock2(const void* p, std::size_t len, unsigned flags) {
+  // Noted before the call: a growth by mremap that starts meanwhile would
+  // populate the locked range's growth.
+  locked_some.store(true, std::memory_order_seq_cst);
+  return ::syscall(flags == 0 ? SYS_mlock : SYS_mlock2, p, len, flags) == 0 ? 0 : -1;
 }
 
 bool drop_writable(void* p, std::size_t len) {
@@ -218,24 +231,23 @@ bool one_mapping(const void* p, std::size_t len) {
 }
 
 namespace {
-// Whether a growth by mremap may be tried: not where the kernel would
-// charge or lock the growth (mode 2, mlockall(MCL_FUTURE)), and not under
-// an address-space or data limit, the refusals that come after mremap has
-// unmapped its destination and can be foreseen (the other is a block the
-// program mlock()ed past RLIMIT_MEMLOCK).
-bool growth_by_mremap_ok() {
-  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
-      locking.load(std::memory_order_seq_cst) != 0)
-    return false;
-  struct rlimit as, data;
-  return ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY && ::getrlimit(RLIMIT_DATA, &data) == 0 &&
-         data.rlim_cur == RLIM_INFINITY;
-}
 }  // namespace
+
+bool mremap_growth_ok() {
+  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
+      locked_some.load(std::memory_order_relaxed) || locking.load(std::memory_order_seq_cst) != 0)
+    return false;
+  const int saved = errno;
+  struct rlimit as, data;
+  const bool ok = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY &&
+                  ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur == RLIM_INFINITY;
+  errno = saved;
+  return ok;
+}
 
 bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len) {
   const int saved = errno;
-  const bool ok = growth_by_mremap_ok() && ::mremap(src, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst;
+  const bool ok = ::mremap(src, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst;
   errno = saved;
   return ok;
 }
@@ -245,7 +257,7 @@ Grow grow_mapping(void* p, std::size_t len, std::size_t new_len) {
   char* tail = static_cast<char*>(p) + len;
   // munmap refuses only where it would split a mapping past
   // vm.max_map_count, and then unmaps nothing.
-  if (!growth_by_mremap_ok() || ::munmap(tail, new_len - len) != 0) {
+  if (::munmap(tail, new_len - len) != 0) {
     errno = saved;
     return Grow::refused;
   }

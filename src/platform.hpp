@@ -70,17 +70,29 @@ bool one_mapping(const void* p, std::size_t len);
 // (the kernel does not merge moved anonymous memory with memory mapped where
 // it lands). The price: src is left unmapped, a hole another thread's mmap
 // may take until fill_hole maps it again. Only for a src within one mapping
-// (one_mapping), outside vm.overcommit_memory=2 and mlockall(MCL_FUTURE):
-// on older kernels a refusal may come after dst was unmapped. False when
-// refused, or when one of those holds.
+// (one_mapping), where mremap_growth_ok(). False when the kernel refused,
+// which it may do after unmapping dst (up to 6.16 at least): dst is then
+// either still mapped or a hole, and only fill_hole can tell (and it cannot
+// tell a hole someone else's mmap filled meanwhile from dst still mapped).
 bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len);
+// Whether move_grow and grow_mapping may be tried: not where the kernel
+// would charge the growth (overcommit mode 2) or populate and lock it
+// (mlockall(MCL_FUTURE); mlockall(MCL_CURRENT) or mlock/mlock2 since the
+// last munlockall, as lowtide sees them: a program making the system call
+// itself is not seen), and not under a finite RLIMIT_AS or RLIMIT_DATA:
+// the refusals that come after mremap may have unmapped its destination
+// and that can be foreseen.
+bool mremap_growth_ok();
+// mlock and mlock2 for the interposed exports (mlock is mlock2 with flags
+// 0): the system call, noting that some memory may now be locked.
+int mlock2(const void* p, std::size_t len, unsigned flags);
 // Grow the mapping [p, p+len) in place to new_len as the same mapping
 // (munmap of [p+len, p+new_len), then mremap without MREMAP_MAYMOVE): a
 // block move_grow moved stays one mapping, where a tail mapped behind its
 // moved pages would be a mapping of its own. The tail is a hole between
 // the two calls; if the mremap is refused (another mapping took some of
 // it, p's range is no longer one mapping) it is mapped again with
-// fill_hole. Same conditions as move_grow.
+// fill_hole. Only where mremap_growth_ok().
 enum class Grow { grown, refused, lost };  // lost: fill_hole refused, the tail is not ours
 Grow grow_mapping(void* p, std::size_t len, std::size_t new_len);
 // Map the hole [p, p+len) that move_grow left PROT_NONE again, as the
@@ -181,8 +193,9 @@ struct PageOps {
   bool (*move_grow)(void* src, std::size_t len, void* dst, std::size_t new_len) = nullptr;
   bool (*fill_hole)(void* p, std::size_t len) = nullptr;
   Grow (*grow_mapping)(void* p, std::size_t len, std::size_t new_len) = nullptr;
+  bool (*mremap_growth_ok)() = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
-                                  &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping};
+                                  &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok};
 
 }  // namespace lowtide::pal

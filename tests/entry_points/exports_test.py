@@ -17,7 +17,8 @@ as ldd resolves them), keeps the allocation family, and asserts:
     _exit/_Exit report hooks, and sigaction/signal (which keep lowtide's
     SIGTERM/SIGINT report handler invisible: docs/report.md), and
     __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp),
-    mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp);
+    mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp)
+    and mlock/mlock2 (locked memory turns off growth by mremap);
  4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
 GLIBC_PRIVATE symbols of libc (e.g. __libc_reallocarray) are not part of
@@ -193,7 +194,11 @@ def main():
     # obeying them (src/init.hpp).
     # mlockall/munlockall: whether MCL_FUTURE is in force decides how freed
     # large extents are released (src/platform.hpp drop_writable).
-    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall"}
+    # mlock/mlock2: mremap populates what it grows of a locked mapping, so
+    # realloc grows by mremap only while nothing is locked
+    # (src/platform.hpp mremap_growth_ok).
+    EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall",
+                  "mlock", "mlock2"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)

@@ -134,6 +134,7 @@ struct GrowFaults {
   std::size_t last_len = 0;
   bool lose_tail = false;  // grow_mapping: another mapping took the tail's hole
   int expansions = 0;
+  bool not_ok = false;  // mremap_growth_ok says no (a lock, a limit)
 };
 GrowFaults grow_faults;
 
@@ -166,9 +167,21 @@ pal::Grow fake_grow_mapping(void* p, std::size_t len, std::size_t new_len) {
   return pal::grow_mapping(p, len, new_len);
 }
 
+bool fake_growth_ok() { return !grow_faults.not_ok; }
+
 constexpr pal::PageOps kGrowOps{&fake_commit,    &pal::decommit,  &fake_move,          &pal::advise_hugepage,
                                 &fake_overcommit, &pal::resident_bytes, nullptr,     &pal::one_mapping,
-                                &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping};
+                                &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping, &fake_growth_ok};
+
+// A lost extent's cleanup, for the next case: mapped again if it is a
+// hole, released, forgotten.
+void reclaim_lost(Arena& a, void* p, std::size_t len) {
+  pal::fill_hole(p, len);  // (refused where it is still mapped)
+  a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(p) - a.base()) / G),
+            static_cast<std::uint32_t>(len / G));
+  a.forget_lost();
+  lowtide::large::space.lost.fetch_sub(len);
+}
 
 bool under_valgrind() {
 #if __has_include(<valgrind/memcheck.h>)
@@ -393,14 +406,15 @@ TEST_CASE("large path: a moved block's old extent is lost, not reused, when its 
   // The old extent stayed used: only the new block's granules left the free lists.
   const auto new_g = static_cast<std::uint32_t>(lowtide::header_of(q)->length / G);
   CHECK(r.a.free_granules() == free_before - new_g);
+  // Pointers there are no longer routed to the large path (a free of a
+  // block someone else's allocator put there must not abort as invalid).
+  CHECK_FALSE(r.a.contains(old_base + 4096));
+  CHECK(r.a.contains(q));
   CHECK(r.a.check() == nullptr);
   r.path.release(q, "test");
   r.path.release(blocker, "test");
-  // The test's own cleanup: the hole mapped again, the extent freed.
-  REQUIRE(pal::fill_hole(old_base, old_len));
-  r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(old_base) - r.a.base()) / G),
-              static_cast<std::uint32_t>(old_len / G));
-  lowtide::large::space.lost.fetch_sub(old_len);
+  reclaim_lost(r.a, old_base, old_len);
+  CHECK(r.a.contains(old_base + 4096));
 }
 
 TEST_CASE("large path: a tail lost while it was a hole stays used, and the block moves") {
@@ -430,10 +444,8 @@ TEST_CASE("large path: a tail lost while it was a hole stays used, and the block
   r.path.release(s, "test");
   r.path.release(blocker, "test");
   CHECK(r.a.free_granules() == r.total - tail_len / G);
-  REQUIRE(pal::fill_hole(tail, tail_len));
-  r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(tail) - r.a.base()) / G),
-              static_cast<std::uint32_t>(tail_len / G));
-  lowtide::large::space.lost.fetch_sub(tail_len);
+  CHECK_FALSE(r.a.contains(tail));
+  reclaim_lost(r.a, tail, tail_len);
 }
 
 TEST_CASE("large path: a refused one-mapping move falls back to the move into a committed tail") {
@@ -452,12 +464,13 @@ TEST_CASE("large path: a refused one-mapping move falls back to the move into a 
     CHECK(lowtide::large::space.lost.load() == lost0);
     CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) == grow_faults.last_dst);
   }
-  SECTION("refused, and mapping the new extent again refused: it is lost, another used") {
-    grow_faults.refuse = 1;
-    grow_faults.fills_refused = 1;
+  SECTION("refused with the new extent still mapped (6.18 checks first): it is lost, another used") {
+    grow_faults.refuse = 1;  // the real fill_hole then finds it mapped
     REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+    CHECK(grow_faults.fills == 1);
     CHECK(lowtide::large::space.lost.load() == lost0 + grow_faults.last_len);
     CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) != grow_faults.last_dst);
+    CHECK_FALSE(r.a.contains(grow_faults.last_dst));
   }
   CHECK(q != p);
   CHECK(grow_faults.grows == 1);
@@ -467,11 +480,37 @@ TEST_CASE("large path: a refused one-mapping move falls back to the move into a 
   CHECK(r.a.check() == nullptr);
   r.path.release(q, "test");
   r.path.release(blocker, "test");
-  if (lowtide::large::space.lost.load() != lost0) {  // the lost extent (still mapped: refuse = 1)
-    r.a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(grow_faults.last_dst) - r.a.base()) / G),
-                static_cast<std::uint32_t>(grow_faults.last_len / G));
-    lowtide::large::space.lost.fetch_sub(grow_faults.last_len);
-  }
+  if (lowtide::large::space.lost.load() != lost0) reclaim_lost(r.a, grow_faults.last_dst, grow_faults.last_len);
+}
+
+TEST_CASE("large path: where mremap_growth_ok says no, no hole is made and nothing is lost") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  grow_faults.not_ok = true;  // a finite RLIMIT_DATA, an mlock, overcommit mode 2
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  fill(p, 256 << 10, 17);
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(grow_faults.grows == 0);
+  CHECK(grow_faults.fills == 0);
+  CHECK(faults.moves == 1);  // the move into a committed tail
+  CHECK(lowtide::large::space.lost.load() == lost0);
+  CHECK(same(q, 256 << 10, 17));
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("platform: mlock turns growth by mremap off until munlockall") {
+  const bool before = pal::mremap_growth_ok();  // (false under a finite RLIMIT_DATA)
+  static char page[4096] __attribute__((aligned(4096)));
+  REQUIRE(pal::mlock2(page, sizeof page, 0) == 0);
+  CHECK_FALSE(pal::mremap_growth_ok());
+  REQUIRE(pal::munlockall() == 0);
+  CHECK(pal::mremap_growth_ok() == before);
 }
 
 TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed") {
