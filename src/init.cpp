@@ -63,6 +63,9 @@ void warn_unknown(const char* name, unsigned len, const char* nearest) {
 // mallocs reach stats::attach), so it must be let finish before the registry
 // lock is taken.
 void before_fork() {
+  // No hole in the range across fork (large_space.hpp); its windows take
+  // no lock, so this comes before any.
+  large::fork_wait_holes();
   // The memory limit's collect lock first: the decay thread holds it while
   // mimalloc collects, which may reach the registry (a thread's first
   // allocation) under it.
@@ -78,6 +81,7 @@ void after_fork_parent() {
   stats::fork_parent();
   sites::fork_parent();
   limit::fork_parent();
+  large::fork_holes_done(false);
 }
 void after_fork_child() {
   large::space.arena.reset_after_fork();
@@ -91,6 +95,7 @@ void after_fork_child() {
   report::on_fork_child();
   limit::fork_child();
   live::fork_child();
+  large::fork_holes_done(true);
   periodic::on_fork_child();  // last: a thread started once all is reset
 }
 

@@ -427,6 +427,17 @@ bool LargePath::may_make_holes() const {
   return ops_.move_grow != nullptr && a_.may_lose() && ops_.mremap_growth_ok();
 }
 
+// A hole window opens only while no fork is being prepared; fork waits for
+// the open ones (fork_wait_holes). Sequentially consistent on both sides:
+// either fork sees the count or the window sees the flag.
+bool LargePath::open_hole() {
+  large::space.holes.fetch_add(1, std::memory_order_seq_cst);
+  if (!large::space.forking.load(std::memory_order_seq_cst)) return true;
+  close_hole();
+  return false;
+}
+void LargePath::close_hole() { large::space.holes.fetch_sub(1, std::memory_order_seq_cst); }
+
 // An extent a hole left lowtide's hands: kept used for good, and its
 // pointers no longer routed here (Arena::lose).
 void LargePath::lose(Extent e) {
@@ -441,8 +452,10 @@ bool LargePath::grow_in_place(Change& c) {
   // A block moved as one mapping grows as the same mapping: a tail mapped
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
-  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes()) {
-    switch (ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes)) {
+  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes() && open_hole()) {
+    const pal::Grow g = ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes);
+    close_hole();
+    switch (g) {
       case pal::Grow::grown:
         if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
         large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
@@ -514,20 +527,24 @@ Result LargePath::move_block(Change& c, void** out) {
   // A block within one mapping moves and grows as one mapping, so that
   // growing buffers do not pile up a mapping per move (issue 14 part 5).
   // Not into a cached block: its warm pages would be dropped for fresh ones.
-  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes)) {
+  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes) && open_hole()) {
     if (ops_.move_grow(obase, old_bytes, nbase, c.bytes)) {
+      const bool old_mapped = ops_.fill_hole(obase, old_bytes);
+      close_hole();
       stats::add(c.st, stats::large_remap_bytes, old_bytes);
-      finish_move(c, to, warm, true, out, ops_.fill_hole(obase, old_bytes));
+      finish_move(c, to, warm, true, out, old_mapped);
       header_of(*out)->flags |= kMovedWhole;
       return Result::ok;
     }
+    const bool dst_mapped = ops_.fill_hole(nbase, c.bytes);
+    close_hole();
     // Refused by the kernel, which may have unmapped the new extent first
     // (up to 6.16 at least; 6.18 checks first): it is mapped again. Where
     // that is refused it is either still mapped or someone's mmap took the
     // hole, which cannot be told apart: the extent is lost and another
     // found. The refusals that can be foreseen were (mremap_growth_ok), so
     // this is a kernel out of memory or a lock lowtide did not see.
-    if (!ops_.fill_hole(nbase, c.bytes)) {
+    if (!dst_mapped) {
       lose(to);
       if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
       nbase = to.base(a_);
@@ -606,6 +623,17 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
 // ---- the process's large path ----
 
 constinit Space space;
+
+void fork_wait_holes() {
+  space.forking.store(true, std::memory_order_seq_cst);
+  if (space.holes.load(std::memory_order_seq_cst) == 0) return;
+  const std::uint64_t until = pal::now_ns() + 10'000'000;
+  while (space.holes.load(std::memory_order_seq_cst) != 0 && pal::now_ns() < until) pal::yield();
+}
+void fork_holes_done(bool child) {
+  if (child) space.holes.store(0, std::memory_order_relaxed);  // no window is open in the child
+  space.forking.store(false, std::memory_order_seq_cst);
+}
 
 namespace {
 constinit LargePath the_path{large::space.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};

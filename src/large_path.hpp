@@ -78,6 +78,8 @@ class LargePath {
   bool grow_into_cache(Change& c);
   bool grow_in_place(Change& c);
   bool may_make_holes() const;
+  bool open_hole();
+  void close_hole();
   void lose(Extent e);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);

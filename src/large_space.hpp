@@ -25,7 +25,18 @@ struct Space {
   // stay a used extent of the arena that nothing publishes, so nothing ever
   // maps there again.
   std::atomic<std::size_t> lost{0};
+  // Holes open (between pal::move_grow and fill_hole, inside
+  // pal::grow_mapping) and a fork being prepared: a child must not inherit
+  // a hole inside a used extent, which a free in the child would map over
+  // whatever the child put there (LargePath::open_hole, before_fork).
+  std::atomic<int> holes{0};
+  std::atomic<bool> forking{false};
 };
+// fork's prepare handler: no new hole from now on, and the open ones closed
+// (a window is a few system calls; waits at most 10 ms, in case fork was
+// called from a signal handler on the thread that has one open).
+void fork_wait_holes();
+void fork_holes_done(bool child);
 extern Space space;
 
 }  // namespace lowtide::large

@@ -19,6 +19,7 @@
 #include "test_arena.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
+#include "large_space.hpp"
 #include "platform.hpp"
 #include "state.hpp"
 
@@ -500,6 +501,33 @@ TEST_CASE("large path: where mremap_growth_ok says no, no hole is made and nothi
   CHECK(faults.moves == 1);  // the move into a committed tail
   CHECK(lowtide::large::space.lost.load() == lost0);
   CHECK(same(q, 256 << 10, 17));
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
+TEST_CASE("large path: no hole is opened while a fork is being prepared") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  fill(p, 256 << 10, 19);
+  lowtide::large::fork_wait_holes();  // what fork's prepare handler does: no window is open
+  CHECK(lowtide::large::space.forking.load());
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  lowtide::large::fork_holes_done(false);
+  CHECK_FALSE(lowtide::large::space.forking.load());
+  CHECK(grow_faults.grows == 0);  // the move into a committed tail, no hole
+  CHECK(faults.moves == 1);
+  CHECK(lowtide::large::space.holes.load() == 0);
+  CHECK(same(q, 256 << 10, 19));
+  // A window left open (fork from a signal handler on its thread) does not
+  // hang the prepare handler: it gives up waiting.
+  lowtide::large::space.holes.fetch_add(1);
+  lowtide::large::fork_wait_holes();
+  lowtide::large::fork_holes_done(true);  // the child: no window open in it
+  CHECK(lowtide::large::space.holes.load() == 0);
   r.path.release(q, "test");
   r.path.release(blocker, "test");
 }
