@@ -464,16 +464,29 @@ std::uint32_t Arena::claim(const void* user) {
   return static_cast<std::uint32_t>(v);
 }
 
-bool Arena::lose(std::uint32_t start, std::uint32_t n) {
-  lock();
-  const int i = lost_n_.load(std::memory_order_relaxed);
-  const bool ok = i < kLostMax;
-  if (ok) {
-    lost_[i].store(std::uint64_t{start} << 32 | n, std::memory_order_relaxed);
-    lost_n_.store(i + 1, std::memory_order_release);
+int Arena::hold_out(std::uint32_t start, std::uint32_t n) {
+  const std::uint64_t v = std::uint64_t{start} << 32 | n;
+  for (int i = 0; i < kHeldOut; ++i) {
+    std::uint64_t expected = 0;
+    if (held_out_[i].compare_exchange_strong(expected, v, std::memory_order_seq_cst)) {
+      held_out_n_.fetch_add(1, std::memory_order_seq_cst);
+      return i;
+    }
   }
-  unlock();
-  return ok;
+  return -1;
+}
+
+void Arena::put_back(int slot) {
+  // The count first: a reader seeing it 0 skips the slots, which is right
+  // once the extent is ours again; one seeing it above 0 reads the slot.
+  held_out_n_.fetch_sub(1, std::memory_order_seq_cst);
+  held_out_[slot].store(0, std::memory_order_seq_cst);
+}
+
+void Arena::forget_held_out() {
+  for (auto& slot : held_out_) slot.store(0, std::memory_order_relaxed);
+  held_out_n_.store(0, std::memory_order_relaxed);
+  lost_n_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace lowtide

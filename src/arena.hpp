@@ -21,28 +21,33 @@ class Arena {
   // false when no reservation could be made; the arena then stays empty.
   bool init(std::size_t want, std::size_t min);
 
-  // Whether p is in the range and not in a lost extent (lose()): the
+  // Whether p is in the range and not in a held extent (hold_out()): the
   // pointers every entry point routes to the large path.
   bool contains(const void* p) const {
     const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(p) - base_;
     if (off >= size_) return false;
-    return __builtin_expect(lost_n_.load(std::memory_order_acquire) == 0, 1) || !in_lost(off >> kGranuleShift);
+    return __builtin_expect(held_out_n_.load(std::memory_order_acquire) == 0, 1) ||
+           !in_held_out(off >> kGranuleShift);
   }
-  // The used extent [start, start+n) is lost for good: a hole lowtide left
-  // there for a moment (pal::move_grow, pal::grow_mapping) was taken by
-  // another mapping, which may be anyone's (mimalloc's, the program's).
-  // It stays used, so lowtide never maps there again, and from now on
-  // contains() says no for pointers in it, so that freeing a block
-  // someone else put there goes to them, not to the "invalid pointer"
-  // check. False when the table is full (kLostMax): callers make holes
-  // only while may_lose().
-  bool lose(std::uint32_t start, std::uint32_t n);
-  // Room to record more (half the table: threads making holes at once
-  // each need a slot should they lose theirs).
-  bool may_lose() const { return lost_n_.load(std::memory_order_acquire) < kLostMax / 2; }
-  // For tests: forget every lost extent (the test has mapped and released them).
-  void forget_lost() { lost_n_.store(0, std::memory_order_release); }
-  static constexpr int kLostMax = 32;
+  // Extents lowtide may not own for a while, or for good: a hole lowtide
+  // leaves in a used extent for a moment (pal::move_grow, grow_mapping)
+  // may be taken by another thread's mmap, which may be anyone's
+  // (mimalloc's, the program's). Held out before the hole opens, so that
+  // until it is known to be ours again contains() says no for pointers in
+  // it, and a block someone else put there goes to them, not to the
+  // large path's invalid-pointer check. Returns a slot, or -1 when all
+  // kHeldOut slots are taken (then make no hole). put_back(slot): the hole
+  // was mapped again, the extent is ours. keep_out(slot): it was taken;
+  // the extent stays a used extent for good (lowtide never maps over it)
+  // and held out. may_hold_out(): fewer than kLostMax kept out for good.
+  int hold_out(std::uint32_t start, std::uint32_t n);
+  void put_back(int slot);
+  void keep_out(int slot) { (void)slot; lost_n_.fetch_add(1, std::memory_order_relaxed); }
+  bool may_hold_out() const { return lost_n_.load(std::memory_order_relaxed) < kLostMax; }
+  // For tests: every extent back in (the test has mapped and released them).
+  void forget_held_out();
+  static constexpr int kHeldOut = 32;
+  static constexpr int kLostMax = 16;
   bool ready() const { return size_ != 0; }
   std::size_t size() const { return size_; }
   std::uintptr_t base() const { return base_; }
@@ -230,13 +235,15 @@ class Arena {
   std::atomic<std::uint32_t> open_{0};
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
   std::atomic<int> giving_back_{0};  // give_backs under way
-  // Lost extents (lose()): start << 32 | n, published before the count.
-  std::atomic<std::uint64_t> lost_[kLostMax]{};
-  std::atomic<int> lost_n_{0};
-  bool in_lost(std::uintptr_t g) const {
-    const int n = lost_n_.load(std::memory_order_acquire);
-    for (int i = 0; i < n && i < kLostMax; ++i) {
-      const std::uint64_t v = lost_[i].load(std::memory_order_relaxed);
+  // Held-out extents (hold_out()): start << 32 | n, 0 for a free slot;
+  // held_out_n_ counts the slots in use (written after a slot is filled,
+  // before it is emptied).
+  std::atomic<std::uint64_t> held_out_[kHeldOut]{};
+  std::atomic<int> held_out_n_{0};
+  std::atomic<int> lost_n_{0};  // kept out for good
+  bool in_held_out(std::uintptr_t g) const {
+    for (const auto& slot : held_out_) {
+      const std::uint64_t v = slot.load(std::memory_order_acquire);
       if (g - (v >> 32) < (v & 0xffffffffu)) return true;
     }
     return false;

@@ -84,9 +84,9 @@ LT_EXPORT void _exit(int status) { lowtide::libc::exit_now(status); }
 LT_EXPORT int mlockall(int flags) noexcept { return lowtide::libc::mlockall(flags); }
 LT_EXPORT int munlockall(void) noexcept { return lowtide::pal::munlockall(); }
 // Interposed to know that some memory may be locked (pal::mremap_growth_ok).
-LT_EXPORT int mlock(const void* p, std::size_t len) noexcept { return lowtide::pal::mlock2(p, len, 0); }
+LT_EXPORT int mlock(const void* p, std::size_t len) noexcept { return lowtide::libc::mlock2(p, len, 0); }
 LT_EXPORT int mlock2(const void* p, std::size_t len, unsigned int flags) noexcept {
-  return lowtide::pal::mlock2(p, len, flags);
+  return lowtide::libc::mlock2(p, len, flags);
 }
 // Interposed for one look at AT_SECURE before libmimalloc reads its
 // variables (init.hpp).

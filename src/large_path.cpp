@@ -422,9 +422,11 @@ bool LargePath::grow_into_cache(Change& c) {
 
 // The moves that leave a hole in the range for a moment (pal::move_grow,
 // pal::grow_mapping): only where the kernel will not refuse them for a
-// reason lowtide can see, and while a lost hole can still be recorded.
+// reason lowtide can see, and while fewer than Arena::kLostMax extents
+// have been lost. Each hole's extent is held out of Arena::contains from
+// before it opens until it is mapped again (Arena::hold_out).
 bool LargePath::may_make_holes() const {
-  return ops_.move_grow != nullptr && a_.may_lose() && ops_.mremap_growth_ok();
+  return ops_.move_grow != nullptr && a_.may_hold_out() && ops_.mremap_growth_ok();
 }
 
 // A hole window opens only while no fork is being prepared; fork waits for
@@ -436,12 +438,18 @@ bool LargePath::open_hole() {
   close_hole();
   return false;
 }
-void LargePath::close_hole() { large::space.holes.fetch_sub(1, std::memory_order_seq_cst); }
+void LargePath::close_hole() {
+  // Never below 0: in a child forked (from a signal handler) while this
+  // thread had a window open, fork_holes_done reset the count to 0.
+  int n = large::space.holes.load(std::memory_order_seq_cst);
+  while (n > 0 && !large::space.holes.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
+}
 
-// An extent a hole left lowtide's hands: kept used for good, and its
-// pointers no longer routed here (Arena::lose).
-void LargePath::lose(Extent e) {
-  a_.lose(e.start, e.n);
+// The extent of a hole someone else's mapping took: a used extent for good,
+// held out of contains() (it was from before the hole opened).
+void LargePath::lose(int slot, Extent e) {
+  a_.keep_out(slot);
   large::space.lost.fetch_add(e.bytes(), std::memory_order_relaxed);
 }
 
@@ -452,9 +460,12 @@ bool LargePath::grow_in_place(Change& c) {
   // A block moved as one mapping grows as the same mapping: a tail mapped
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
-  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes() && open_hole()) {
+  const int slot = (c.h->flags & kMovedWhole) != 0 && may_make_holes() ? a_.hold_out(tail.start, tail.n) : -1;
+  if (slot >= 0 && !open_hole()) a_.put_back(slot);
+  else if (slot >= 0) {
     const pal::Grow g = ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes);
     close_hole();
+    if (g != pal::Grow::lost) a_.put_back(slot);
     switch (g) {
       case pal::Grow::grown:
         if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
@@ -468,14 +479,16 @@ bool LargePath::grow_in_place(Change& c) {
         // tail stays a used extent for good (never mapped over), and the
         // block moves instead.
         a_.split(c.old.start, c.need, c.old.n);
-        lose(tail);
+        lose(slot, tail);
         c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
         return false;
       case pal::Grow::refused:
-        c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);  // the commit below adds a mapping
         break;
     }
   }
+  // However it was decided (refused, no hole allowed, a fork under way),
+  // the commit below makes the tail a mapping of its own.
+  c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
   if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
     // Refused (at vm.max_map_count it may need a split): try a move, which
     // may find a cached block that needs no syscall.
@@ -527,10 +540,16 @@ Result LargePath::move_block(Change& c, void** out) {
   // A block within one mapping moves and grows as one mapping, so that
   // growing buffers do not pile up a mapping per move (issue 14 part 5).
   // Not into a cached block: its warm pages would be dropped for fresh ones.
-  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes) && open_hole()) {
+  // Both extents are held out of contains() while either may be a hole.
+  int so = -1, sd = -1;
+  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes) &&
+      (so = a_.hold_out(c.old.start, c.old.n)) >= 0 && (sd = a_.hold_out(to.start, to.n)) >= 0 && open_hole()) {
     if (ops_.move_grow(obase, old_bytes, nbase, c.bytes)) {
       const bool old_mapped = ops_.fill_hole(obase, old_bytes);
       close_hole();
+      a_.put_back(sd);
+      if (old_mapped) a_.put_back(so);
+      else lose(so, c.old);
       stats::add(c.st, stats::large_remap_bytes, old_bytes);
       finish_move(c, to, warm, true, out, old_mapped);
       header_of(*out)->flags |= kMovedWhole;
@@ -538,6 +557,10 @@ Result LargePath::move_block(Change& c, void** out) {
     }
     const bool dst_mapped = ops_.fill_hole(nbase, c.bytes);
     close_hole();
+    a_.put_back(so);
+    if (dst_mapped) a_.put_back(sd);
+    else lose(sd, to);
+    so = sd = -1;
     // Refused by the kernel, which may have unmapped the new extent first
     // (up to 6.16 at least; 6.18 checks first): it is mapped again. Where
     // that is refused it is either still mapped or someone's mmap took the
@@ -545,11 +568,12 @@ Result LargePath::move_block(Change& c, void** out) {
     // found. The refusals that can be foreseen were (mremap_growth_ok), so
     // this is a kernel out of memory or a lock lowtide did not see.
     if (!dst_mapped) {
-      lose(to);
       if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
       nbase = to.base(a_);
     }
   }
+  if (sd >= 0) a_.put_back(sd);  // (held, but no window opened: a fork under way)
+  if (so >= 0) a_.put_back(so);
   // Commit the tail first, so that once the pages have moved nothing can fail.
   if (!warm) {
     if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
@@ -613,7 +637,6 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
   // An old extent another mapping took part of (pal::fill_hole) stays used
   // for good: giving it back would let a later commit map over that mapping.
   if (old_mapped) a_.give_back(c.old.start, c.old.n, ops_.decommit, ops_.drop_writable);
-  else lose(c.old);
   a_.publish(user, to.start, nh->site);
   if (warm) large::space.mapped.fetch_sub(old_bytes, std::memory_order_relaxed);
   else large::space.mapped.fetch_add(c.bytes - old_bytes, std::memory_order_relaxed);

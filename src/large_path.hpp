@@ -80,7 +80,7 @@ class LargePath {
   bool may_make_holes() const;
   bool open_hole();
   void close_hole();
-  void lose(Extent e);
+  void lose(int slot, Extent e);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
   Result copy_instead(Change& c, Extent to, bool warm);

@@ -277,6 +277,16 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
   }
 }
 
+int mlock2(const void* p, std::size_t len, unsigned flags) {
+  // Only a lock on the range can cover a large block (mremap keeps a
+  // mapping's lock; a commit is a new, unlocked mapping): libsodium's or
+  // OpenSSL's locked pages elsewhere leave growth by mremap on.
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const Arena& r = large::space.arena;
+  if (r.ready() && a < r.base() + r.size() && a + len > r.base()) pal::note_locked();
+  return pal::mlock2(p, len, flags);
+}
+
 int mlockall(int flags) {
   // From here frees release PROT_NONE; those already re-mapping read-write
   // finish first, so that protect_free finds what they released.

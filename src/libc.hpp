@@ -138,6 +138,9 @@ inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
 // lock every read-write page, free extents of the range included, so those
 // are made PROT_NONE first (Arena::protect_free).
 int mlockall(int flags);
+// The interposed mlock/mlock2: a lock on lowtide's range turns growth by
+// mremap off (pal::mremap_growth_ok) until munlockall.
+int mlock2(const void* p, std::size_t len, unsigned flags);
 
 void* calloc(std::size_t n, std::size_t size);
 void* realloc(void* p, std::size_t n);

@@ -137,6 +137,7 @@ void mlock_fork_child() {
   // The kernel does not pass mlockall's flags to a child, and an mlockall
   // another thread was making is not under way in it.
   locked_future.store(false, std::memory_order_relaxed);
+  locked_some.store(false, std::memory_order_relaxed);  // no lock is inherited either
   locking.store(0, std::memory_order_relaxed);
 }
 
@@ -156,11 +157,13 @@ int munlockall() {
   return 0;
 }
 
+void note_locked() { locked_some.store(true, std::memory_order_seq_cst); }
+
 int mlock2(const void* p, std::size_t len, unsigned flags) {
-  // Noted before the call: a growth by mremap that starts meanwhile would
-  // populate the locked range's growth.
-  locked_some.store(true, std::memory_order_seq_cst);
-  return ::syscall(flags == 0 ? SYS_mlock : SYS_mlock2, p, len, flags) == 0 ? 0 : -1;
+  if (flags == 0) return ::syscall(SYS_mlock, p, len) == 0 ? 0 : -1;
+  if (::syscall(SYS_mlock2, p, len, flags) == 0) return 0;
+  if (errno == ENOSYS) errno = EINVAL;  // as glibc: the only flag needs mlock2
+  return -1;
 }
 
 bool drop_writable(void* p, std::size_t len) {

@@ -84,8 +84,10 @@ bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len);
 // and that can be foreseen.
 bool mremap_growth_ok();
 // mlock and mlock2 for the interposed exports (mlock is mlock2 with flags
-// 0): the system call, noting that some memory may now be locked.
+// 0): the system call. note_locked(): a lock may now cover a large block
+// (libc::mlock2 calls it for a lock that overlaps the range, before the call).
 int mlock2(const void* p, std::size_t len, unsigned flags);
+void note_locked();
 // Grow the mapping [p, p+len) in place to new_len as the same mapping
 // (munmap of [p+len, p+new_len), then mremap without MREMAP_MAYMOVE): a
 // block move_grow moved stays one mapping, where a tail mapped behind its

@@ -86,6 +86,12 @@ struct Rig {
     REQUIRE(a.free_granules() == total);
   }
   ~Rig() {
+    // No hole window left open, no fork gate left shut (a failed case would
+    // otherwise turn holes off for every later one).
+    CHECK(lowtide::large::space.holes.load() == 0);
+    CHECK_FALSE(lowtide::large::space.forking.load());
+    lowtide::large::space.holes.store(0);
+    lowtide::large::space.forking.store(false);
     cache.purge(true);
     CHECK(cache.in_flight() == 0);  // every trial ended (commit_warm)
     CHECK(a.check() == nullptr);
@@ -136,11 +142,16 @@ struct GrowFaults {
   bool lose_tail = false;  // grow_mapping: another mapping took the tail's hole
   int expansions = 0;
   bool not_ok = false;  // mremap_growth_ok says no (a lock, a limit)
+  // Whether contains() said no for the source and the destination while
+  // the hole could open (the last move_grow), and for the tail (grow_mapping).
+  bool src_held = false, dst_held = false, tail_held = false;
 };
 GrowFaults grow_faults;
 
 bool fake_move_grow(void* src, std::size_t len, void* dst, std::size_t new_len) {
   ++grow_faults.grows;
+  grow_faults.src_held = !test_arena().contains(src);
+  grow_faults.dst_held = !test_arena().contains(dst);
   grow_faults.last_dst = dst;
   grow_faults.last_len = new_len;
   if (grow_faults.refuse == 1) return false;
@@ -161,6 +172,7 @@ bool fake_fill_hole(void* p, std::size_t len) {
 
 pal::Grow fake_grow_mapping(void* p, std::size_t len, std::size_t new_len) {
   ++grow_faults.expansions;
+  grow_faults.tail_held = !test_arena().contains(static_cast<char*>(p) + len);
   if (grow_faults.lose_tail) {
     ::munmap(static_cast<char*>(p) + len, new_len - len);  // the hole, as if someone's mapping sat there
     return pal::Grow::lost;
@@ -180,7 +192,7 @@ void reclaim_lost(Arena& a, void* p, std::size_t len) {
   pal::fill_hole(p, len);  // (refused where it is still mapped)
   a.release(static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(p) - a.base()) / G),
             static_cast<std::uint32_t>(len / G));
-  a.forget_lost();
+  a.forget_held_out();
   lowtide::large::space.lost.fetch_sub(len);
 }
 
@@ -355,6 +367,12 @@ TEST_CASE("large path: a block within one mapping moves as one mapping, and grow
   CHECK(grow_faults.grows == 1);
   CHECK(faults.moves == 0);  // not the move into a tail committed first
   CHECK(grow_faults.fills == 1);  // the old extent's hole, mapped again
+  // Both extents held out of contains() while the hole could be open, and
+  // back in once it is mapped again.
+  CHECK(grow_faults.src_held);
+  CHECK(grow_faults.dst_held);
+  CHECK(r.a.contains(p));
+  CHECK(r.a.contains(q));
   CHECK(same(q, 256 << 10, 11));
   const auto* h = lowtide::header_of(q);
   CHECK((h->flags & lowtide::kMovedWhole) != 0);
@@ -370,6 +388,8 @@ TEST_CASE("large path: a block within one mapping moves as one mapping, and grow
   CHECK(s == q);
   CHECK(grow_faults.grows == 1);
   CHECK(grow_faults.expansions == 1);
+  CHECK(grow_faults.tail_held);
+  CHECK(r.a.contains(static_cast<char*>(s) + (1 << 20) + 4096));
   grown_by_mremap(s, 1 << 20, r.path.usable(s, "test"));
   CHECK(same(s, 1 << 20, 12));
   h = lowtide::header_of(s);
@@ -505,6 +525,31 @@ TEST_CASE("large path: where mremap_growth_ok says no, no hole is made and nothi
   r.path.release(blocker, "test");
 }
 
+TEST_CASE("large path: a moved block grown in place while holes are not allowed is no longer taken for one mapping") {
+  NoHugePages nh;
+  Rig r(0, kGrowOps);
+  grow_faults = GrowFaults{};
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  REQUIRE((lowtide::header_of(q)->flags & lowtide::kMovedWhole) != 0);
+  grow_faults.not_ok = true;  // say, an mlock since
+  void* s = nullptr;
+  REQUIRE(r.path.resize(q, 2 << 20, &s) == Result::ok);
+  CHECK(s == q);  // grown in place by a committed tail: two mappings now
+  CHECK(grow_faults.expansions == 0);
+  CHECK((lowtide::header_of(s)->flags & lowtide::kMovedWhole) == 0);
+  // So once holes are allowed again, its next growth does not unmap its
+  // tail for an mremap that must fail (a hole for nothing).
+  grow_faults.not_ok = false;
+  void* t = nullptr;
+  REQUIRE(r.path.resize(s, 3 << 20, &t) == Result::ok);
+  CHECK(grow_faults.expansions == 0);
+  r.path.release(t, "test");
+  r.path.release(blocker, "test");
+}
+
 TEST_CASE("large path: no hole is opened while a fork is being prepared") {
   NoHugePages nh;
   Rig r(0, kGrowOps);
@@ -532,10 +577,12 @@ TEST_CASE("large path: no hole is opened while a fork is being prepared") {
   r.path.release(blocker, "test");
 }
 
-TEST_CASE("platform: mlock turns growth by mremap off until munlockall") {
+TEST_CASE("platform: a lock on the range turns growth by mremap off until munlockall") {
   const bool before = pal::mremap_growth_ok();  // (false under a finite RLIMIT_DATA)
   static char page[4096] __attribute__((aligned(4096)));
-  REQUIRE(pal::mlock2(page, sizeof page, 0) == 0);
+  pal::mlock2(page, sizeof page, 0);  // (may be refused: RLIMIT_MEMLOCK 0 in some containers)
+  CHECK(pal::mremap_growth_ok() == before);  // pal::mlock2 alone notes nothing
+  pal::note_locked();  // what libc::mlock2 does for a lock on the range
   CHECK_FALSE(pal::mremap_growth_ok());
   REQUIRE(pal::munlockall() == 0);
   CHECK(pal::mremap_growth_ok() == before);
