@@ -460,40 +460,34 @@ bool LargePath::grow_in_place(Change& c) {
   // A block moved as one mapping grows as the same mapping: a tail mapped
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
+  bool grown = false;
   const int slot = (c.h->flags & kMovedWhole) != 0 && may_make_holes() ? a_.hold_out(tail.start, tail.n) : -1;
   if (slot >= 0 && !open_hole()) a_.put_back(slot);
   else if (slot >= 0) {
     const pal::Grow g = ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes);
     close_hole();
-    if (g != pal::Grow::lost) a_.put_back(slot);
-    switch (g) {
-      case pal::Grow::grown:
-        if (wants_advice(c.bytes)) ops_.advise_hugepage(c.old.base(a_), c.bytes);
-        large::space.mapped.fetch_add(tail.bytes(), std::memory_order_relaxed);
-        c.h->length = c.bytes;
-        c.h->requested = c.size;
-        account(c, stats::large_in_place);
-        return true;
-      case pal::Grow::lost:
-        // Another mapping took part of the tail while it was a hole: the
-        // tail stays a used extent for good (never mapped over), and the
-        // block moves instead.
-        a_.split(c.old.start, c.need, c.old.n);
-        lose(slot, tail);
-        c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
-        return false;
-      case pal::Grow::refused:
-        break;
+    if (g == pal::Grow::lost) {
+      // Another mapping took part of the tail while it was a hole: the
+      // tail stays a used extent for good (never mapped over), and the
+      // block moves instead.
+      a_.split(c.old.start, c.need, c.old.n);
+      lose(slot, tail);
+      c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
+      return false;
     }
+    a_.put_back(slot);
+    grown = g == pal::Grow::grown;
   }
-  // However it was decided (refused, no hole allowed, a fork under way),
-  // the commit below makes the tail a mapping of its own.
-  c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
-  if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
-    // Refused (at vm.max_map_count it may need a split): try a move, which
-    // may find a cached block that needs no syscall.
-    a_.shrink(c.old.start, c.need, c.old.n);
-    return false;
+  if (!grown) {
+    // However it was decided (refused, no hole allowed, a fork under way),
+    // the commit makes the tail a mapping of its own.
+    c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
+    if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
+      // Refused (at vm.max_map_count it may need a split): try a move, which
+      // may find a cached block that needs no syscall.
+      a_.shrink(c.old.start, c.need, c.old.n);
+      return false;
+    }
   }
   // The whole block, not only the new tail: a head advised differently
   // (it was under 2 MiB) would be a mapping of its own, which mremap

@@ -218,16 +218,19 @@ bool one_mapping(const void* p, std::size_t len) {
   const int saved = errno;
   // Opened each time, not kept: a program closing every descriptor it did
   // not open (daemons do) would leave a kept one pointing at its next file.
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // Read only, never created; asked of a regular file only (procfs's are;
+  // whatever a chroot put at that path otherwise gets no ioctl).
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     errno = saved;
     return false;
   }
+  struct stat st;
   ProcmapQuery q{};
   q.size = sizeof q;
   q.query_addr = reinterpret_cast<std::uintptr_t>(p);  // flags 0: the mapping covering it
-  const bool ok = ::ioctl(fd, kProcmapQuery, &q) == 0 && q.vma_start <= q.query_addr &&
-                  q.vma_end >= q.query_addr && q.vma_end - q.query_addr >= len;
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::ioctl(fd, kProcmapQuery, &q) == 0 &&
+                  q.vma_start <= q.query_addr && q.vma_end >= q.query_addr && q.vma_end - q.query_addr >= len;
   ::close(fd);
   errno = saved;
   return ok;

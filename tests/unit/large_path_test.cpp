@@ -354,13 +354,27 @@ TEST_CASE("large path: growth in place refused by the kernel falls back to a mov
   r.path.release(q, "test");
 }
 
-TEST_CASE("large path: a block within one mapping moves as one mapping, and grows in place as one") {
+// The cases of the moves that keep a block one mapping: the grow ops, a
+// 256 KiB block p (filled from `seed`) with a live block right behind it,
+// so that growing p moves it.
+struct GrowCase {
   NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
-  fill(p, 256 << 10, 11);
+  Rig r{0, kGrowOps};
+  void* p;
+  void* blocker;
+  explicit GrowCase(unsigned seed) {
+    grow_faults = GrowFaults{};
+    p = r.alloc(256 << 10);
+    blocker = r.alloc(256 << 10);
+    fill(p, 256 << 10, seed);
+  }
+};
+
+TEST_CASE("large path: a block within one mapping moves as one mapping, and grows in place as one") {
+  GrowCase g(11);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   void* q = nullptr;
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
   CHECK(q != p);
@@ -409,11 +423,10 @@ TEST_CASE("large path: a block within one mapping moves as one mapping, and grow
 }
 
 TEST_CASE("large path: a moved block's old extent is lost, not reused, when its hole was taken") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
+  GrowCase g(1);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   const auto* h = lowtide::header_of(p);
   char* old_base = reinterpret_cast<char*>(h->base);
   const std::size_t old_len = h->length;
@@ -439,12 +452,10 @@ TEST_CASE("large path: a moved block's old extent is lost, not reused, when its 
 }
 
 TEST_CASE("large path: a tail lost while it was a hole stays used, and the block moves") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
-  fill(p, 256 << 10, 21);
+  GrowCase g(21);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   void* q = nullptr;
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);  // moved as one mapping
   REQUIRE((lowtide::header_of(q)->flags & lowtide::kMovedWhole) != 0);
@@ -470,12 +481,10 @@ TEST_CASE("large path: a tail lost while it was a hole stays used, and the block
 }
 
 TEST_CASE("large path: a refused one-mapping move falls back to the move into a committed tail") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
-  fill(p, 256 << 10, 13);
+  GrowCase g(13);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   const std::size_t lost0 = lowtide::large::space.lost.load();
   void* q = nullptr;
   SECTION("refused after the new extent was unmapped: it is mapped again and used") {
@@ -505,13 +514,11 @@ TEST_CASE("large path: a refused one-mapping move falls back to the move into a 
 }
 
 TEST_CASE("large path: where mremap_growth_ok says no, no hole is made and nothing is lost") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
+  GrowCase g(17);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   grow_faults.not_ok = true;  // a finite RLIMIT_DATA, an mlock, overcommit mode 2
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
-  fill(p, 256 << 10, 17);
   const std::size_t lost0 = lowtide::large::space.lost.load();
   void* q = nullptr;
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
@@ -526,11 +533,10 @@ TEST_CASE("large path: where mremap_growth_ok says no, no hole is made and nothi
 }
 
 TEST_CASE("large path: a moved block grown in place while holes are not allowed is no longer taken for one mapping") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
+  GrowCase g(1);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   void* q = nullptr;
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
   REQUIRE((lowtide::header_of(q)->flags & lowtide::kMovedWhole) != 0);
@@ -551,12 +557,10 @@ TEST_CASE("large path: a moved block grown in place while holes are not allowed 
 }
 
 TEST_CASE("large path: no hole is opened while a fork is being prepared") {
-  NoHugePages nh;
-  Rig r(0, kGrowOps);
-  grow_faults = GrowFaults{};
-  void* p = r.alloc(256 << 10);
-  void* blocker = r.alloc(256 << 10);
-  fill(p, 256 << 10, 19);
+  GrowCase g(19);
+  Rig& r = g.r;
+  void* p = g.p;
+  void* blocker = g.blocker;
   lowtide::large::fork_wait_holes();  // what fork's prepare handler does: no window is open
   CHECK(lowtide::large::space.forking.load());
   void* q = nullptr;
