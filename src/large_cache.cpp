@@ -857,7 +857,9 @@ void account_returned(std::size_t bytes, Reason why) {
 void init(std::size_t (*small_committed)(), void (*thread_start_hook)()) {
   small_committed_fn = small_committed;
   on_thread_start = thread_start_hook;
-  production_cache.configure(g.config.get(Opt::cache), g.config.get(Opt::decay_ms) * 1'000'000u,
+  const std::uint64_t cap = g.config.get(Opt::cache);
+  production_cache.configure(cap == kSizeWord ? auto_cap(pal::ram_bytes()) : cap,
+                             g.config.get(Opt::decay_ms) * 1'000'000u,
                              g.config.get(Opt::decay_min_ms) * 1'000'000u);
   use_thread = g.config.get(Opt::decay_thread) == 0;  // "on" is the first word
 }
@@ -871,6 +873,7 @@ bool take_at(std::uint32_t at, std::uint32_t n) { return production_cache.take_a
 std::size_t purge(bool all) { return production_cache.purge(all); }
 void evict_for(std::size_t bytes) { production_cache.evict_for(bytes); }
 std::size_t cached_bytes() { return production_cache.cached_bytes(); }
+std::size_t cap() { return production_cache.cap(); }
 std::size_t cached_peak() { return production_cache.peak_bytes(); }
 std::uint64_t cached_byte_seconds() { return production_cache.byte_seconds(pal::now_ns()); }
 int view(ReuseCache::View* out) { return production_cache.view(out); }

@@ -375,6 +375,8 @@ bool take_at(std::uint32_t at, std::uint32_t n);
 std::size_t purge(bool all);
 void evict_for(std::size_t bytes);
 std::size_t cached_bytes();
+// The cache's byte cap (LOWTIDE_CACHE, its "auto" resolved).
+std::size_t cap();
 std::size_t cached_peak();
 std::uint64_t cached_byte_seconds();
 int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
@@ -382,6 +384,23 @@ int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 // Called on every large allocation: refreshes the memory limit's RSS sample
 // when it is old, and starts the decay thread the first time.
 void note_large_allocation();
+
+// LOWTIDE_CACHE=auto, the default: a sixteenth of the machine's RAM, at
+// most 256 MiB (256 MiB where the RAM is unknown), so that a small VM or a
+// container without a memory limit does not keep a quarter of its memory
+// in freed blocks after a drop. Not more on a large machine, though more
+// would be faster for a job that frees a batch larger than the cap and
+// builds the next one (its pages fault again: 11-31 us per 4 KiB on these
+// VMs, ~0.5 us on bare metal with the zeroing): the cache holds all of it
+// for the ~75 ms after every drop (keep_age), which is the instant the
+// issue's peers are compared at, and a bigger cache also adds the unused
+// tails of the cached blocks that growing buffers take whole to the peak.
+// docs/benchmarks.md "The cache's size" has the figures for 512 MiB and
+// 1 GiB: LOWTIDE_CACHE=1GiB is the setting for such a job.
+constexpr std::size_t kAutoCapMost = std::size_t{256} << 20;
+constexpr std::size_t auto_cap(std::uint64_t ram) {
+  return ram == 0 || ram / 16 >= kAutoCapMost ? kAutoCapMost : static_cast<std::size_t>(ram / 16);
+}
 
 // small_committed: mimalloc's committed bytes (the demand rule of the decay
 // thread); may be null. thread_start_hook (may be null): run each time the

@@ -10,6 +10,7 @@ const char* const kOnOff[] = {"on", "off"};
 const char* const kHugeWords[] = {"on", "off", "advise"};
 const char* const kCgroup[] = {"cgroup"};
 const char* const kOff[] = {"off"};
+const char* const kAuto[] = {"auto"};
 }
 
 StatsMode stats_mode(std::uint64_t i) {
@@ -28,7 +29,8 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
      nullptr, 0, "size"},
     {"LOWTIDE_STATS", OptKind::choice, "off", 0, 0, kStatsWords, 8, "choice"},
     {"LOWTIDE_STATS_FILE", OptKind::text, "stderr", 0, kTextMax - 1, nullptr, 0, "path"},
-    {"LOWTIDE_CACHE", OptKind::size, "256MiB", 0, std::uint64_t{1} << 40, nullptr, 0, "size"},
+    // "auto" (kSizeWord): cache::auto_cap of the machine's RAM.
+    {"LOWTIDE_CACHE", OptKind::size, "auto", 0, std::uint64_t{1} << 40, kAuto, 1, "size"},
     {"LOWTIDE_DECAY_MS", OptKind::duration, "500ms", 1, 3'600'000, nullptr, 0, "duration"},
     {"LOWTIDE_DECAY_THREAD", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
     {"LOWTIDE_HUGEPAGES", OptKind::choice, "on", 0, 0, kHugeWords, 3, "choice"},

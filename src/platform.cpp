@@ -78,6 +78,12 @@ unsigned long long read_ram_swap_pages() {
 
 }  // namespace
 
+std::uint64_t ram_bytes() {
+  struct sysinfo si;
+  if (::sysinfo(&si) != 0) return 0;
+  return static_cast<std::uint64_t>(si.totalram) * (si.mem_unit != 0 ? si.mem_unit : 1);
+}
+
 // Commits carry MAP_NORESERVE so that a committed block has exactly the
 // flags of the reserved space around it: after a free the kernel can merge
 // the two again, which past vm.max_map_count is the only way the count comes

@@ -145,6 +145,8 @@ void write_stderr(const char* s, std::size_t n);
 long read_file(const char* path, char* buf, std::size_t cap);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
+// The machine's RAM in bytes (sysinfo), 0 if unknown.
+std::uint64_t ram_bytes();
 int current_tid();
 // Sleep while *word == expected, for at most timeout_ns (FUTEX_WAIT on a
 // private word); returns early on futex_wake, a signal, or a changed word.

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "log.hpp"
+#include "large_cache.hpp"
 #include "mem_limit.hpp"
 #include "options.hpp"
 #include "parse.hpp"
@@ -251,6 +252,7 @@ void text_header(Out& o, const Data& d) {
     o.put("{:<28}{:>12}   ({})\n", "memory limit", Human(dbl(limit::current())), cgroup::source_name(limit::source()));
   else
     o.put("{:<28}{:>12}\n", "memory limit", "none");
+  o.put("{:<28}{:>12}\n", "reuse cache cap", Human(dbl(cache::cap())));
 
   o.put("\n-- totals --\n");
   text_totals(o, c);
@@ -355,9 +357,9 @@ void json_head(Out& o, const Data& d, bool truncated) {
         "\"unreported_children\": {},\n",
         route::settings.cutoff, d.uptime_s, d.snap.partial, truncated, dropped(), unreported_children());
   o.put(" \"process\": {{\"peak_rss\": {}, \"rss\": {}, \"live_small\": {}, \"live_large\": {}, "
-        "\"returned_to_os\": {}, \"limit\": {}, \"limit_source\": \"{}\"}},\n",
+        "\"returned_to_os\": {}, \"limit\": {}, \"limit_source\": \"{}\", \"cache_cap\": {}}},\n",
         d.peak_rss, d.rss, live(c, stats::small_out, stats::small_freed), live(c, stats::large_out, stats::large_freed),
-        c[stats::large_returned_bytes], limit::current(), cgroup::source_name(limit::source()));
+        c[stats::large_returned_bytes], limit::current(), cgroup::source_name(limit::source()), cache::cap());
   o.put(" \"totals\": {{\"calls\": ");
   json_calls(o, c);
   o.put(", \"small\": ");

@@ -161,6 +161,11 @@ def machine(d, lib, version, sysroot):
                                    "above it" % (human(limit), where))
         else:
             d.info("memory limit", "none (no LOWTIDE_LIMIT, and no cgroup limit over this process)")
+        cap = proc.get("cache_cap")
+        if cap is not None:
+            how = ("LOWTIDE_CACHE" if os.environ.get("LOWTIDE_CACHE", "auto") != "auto"
+                   else "LOWTIDE_CACHE=auto: a sixteenth of this machine's RAM, at most 256 MiB")
+            d.info("reuse cache", "up to %s of freed large blocks kept for reuse (%s)" % (human(cap), how))
     else:
         d.info("memory limit", "unknown (the library did not run)")
     environment(d)

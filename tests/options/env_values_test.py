@@ -68,7 +68,7 @@ OPTIONS = {  # variable: values that must each be rejected
     "LOWTIDE_CUTOFF": ["", "   ", "abc", "-1", "1.5M", "0x100", "99999999999999999999999", "16777216T", "1",
                        "4095", "2T", "18446744073709551615", "9" * 3000],
     "LOWTIDE_RESERVE": ["", "lots", "-64M", "1e12", "99999999999999999999999", "63M", "65T", "18446744073709551615"],
-    "LOWTIDE_CACHE": ["", "none", "-1", "2T", "99999999999999999999999", "16777216T"],
+    "LOWTIDE_CACHE": ["", "none", "autoo", "-1", "2T", "99999999999999999999999", "16777216T"],
     "LOWTIDE_DECAY_MS": ["", "soon", "-5", "0", "3600001", "99999999999999999999999", "1.5", "1K", "2d", "61m", "0s",
                          "3601s"],
     "LOWTIDE_DECAY_THREAD": ["", "yes", "-1", "2", "onn", "99999999999999999999"],
@@ -76,7 +76,7 @@ OPTIONS = {  # variable: values that must each be rejected
     "LOWTIDE_STATS": ["", "verbose", "-1", "7", "jsonn", "99999999999999999999"],
     "LOWTIDE_STATS_FILE": ["", "/tmp/" + "p" * 1100],
 }
-DEFAULTS = {"LOWTIDE_CUTOFF": "128KiB", "LOWTIDE_RESERVE": "1TiB", "LOWTIDE_CACHE": "256MiB",
+DEFAULTS = {"LOWTIDE_CUTOFF": "128KiB", "LOWTIDE_RESERVE": "1TiB", "LOWTIDE_CACHE": "auto",
             "LOWTIDE_DECAY_MS": "500ms", "LOWTIDE_DECAY_THREAD": "on", "LOWTIDE_HUGEPAGES": "on",
             "LOWTIDE_STATS": "off", "LOWTIDE_STATS_FILE": "stderr"}
 

@@ -90,7 +90,7 @@ def check_schema(r, pid=None):
     check(r["truncated"] is False, "truncated is false")
     check(r["reports_dropped"] == 0, "no report dropped")
     check(list(r["process"].keys()) == ["peak_rss", "rss", "live_small", "live_large", "returned_to_os",
-                                        "limit", "limit_source"],
+                                        "limit", "limit_source", "cache_cap"],
           "process keys")
     # The memory limit: these runs set no LOWTIDE_LIMIT, so it is the cgroup's
     # (none on most machines); tests/memory/mem_limit.cpp checks "env" and
@@ -100,6 +100,9 @@ def check_schema(r, pid=None):
           and (r["process"]["limit"] == 0) == (r["process"]["limit_source"] == "none"),
           f"limit {r['process']['limit']} from {r['process']['limit_source']!r}")
     check(r["process"]["peak_rss"] >= r["process"]["rss"] > 0, "peak_rss >= rss > 0")
+    # The cap LOWTIDE_CACHE set (tests/memory/mem_limit.cpp checks "auto"'s
+    # value); the cache never holds more.
+    check(isinstance(r["process"]["cache_cap"], int) and r["process"]["cache_cap"] >= 0, "cache_cap")
     t = r["totals"]
     check(list(t.keys()) == ["calls", "small", "large"] and list(t["calls"].keys()) == CALLS
           and list(t["small"].keys()) == PATH_KEYS and list(t["large"].keys()) == PATH_KEYS, "totals keys")
@@ -107,6 +110,7 @@ def check_schema(r, pid=None):
     why = sum(r["large"][k] for k in LARGE_KEYS if k.startswith("released_"))
     check(why == r["large"]["returned_bytes"], f"released by reason add up to returned_bytes: {why} {r['large']}")
     check(r["large"]["cached_peak"] >= r["large"]["cached_bytes"], "cached_peak >= cached_bytes")
+    check(r["large"]["cached_bytes"] <= r["process"]["cache_cap"], "cached_bytes <= the cap")
     rows = r["threads"]
     check(len(rows) >= 1, "at least one thread row")
     for row in rows:

@@ -89,6 +89,9 @@ def case_machine(tmp):
     check("memory limit             none" in out, "memory.max 'max': no limit")
     rc, out, err = doctor(["--sysroot", b], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_LIMIT="1G"))
     check("memory limit             1.0 GiB (from LOWTIDE_LIMIT)" in out, "LOWTIDE_LIMIT shown as the library applies it")
+    rc, out, err = doctor(["--sysroot", b], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_CACHE="96M"))
+    check("reuse cache              up to 96.0 MiB of freed large blocks kept for reuse (LOWTIDE_CACHE)" in out,
+          "LOWTIDE_CACHE's cap as the library applies it: %r" % [ln for ln in out.splitlines() if "reuse" in ln])
     # This machine, as it is: the library loads, nothing to warn about.
     rc, out, err = doctor([])
     check(rc == 0 and "library                  loads" in out and not warnings(out)
