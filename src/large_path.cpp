@@ -500,13 +500,18 @@ bool LargePath::grow_in_place(Change& c) {
   return true;
 }
 
-// The extent a moving block goes to. A cached block of up to 4x is taken
-// whole (*warm): the old pages move into its front, and its warm back is
-// where the next growth steps land, in place.
+// The extent a moving block goes to. A cached block that fits (*warm) is
+// cut to the need: the old pages move into its front, and its rest stays
+// cached right behind the block, where the next growth steps land in place
+// (grow_into_cache). Not taken whole, as it was up to 4x the need until
+// 2026-12-04: a buffer that stopped growing kept the unused warm back of
+// its block until it was freed, and with a round of buffers built from the
+// cache those backs added 19 MiB to seed-4t's 309 MiB peak; left cached,
+// a miss evicts them (docs/benchmarks.md "The cache's size").
 Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
   const std::uint32_t huge_g = wants_huge(c.bytes) ? kHugeGranules : 1;
   std::uint32_t got = 0;
-  std::uint32_t ns = cache_.take(c.need, huge_g, 0, true, &got);
+  std::uint32_t ns = cache_.take(c.need, huge_g, 0, false, &got);
   *warm = ns != Arena::kNone;
   if (*warm) {
     c.need = got;

@@ -609,6 +609,41 @@ TEST_CASE("large path: freed blocks are reused from the cache, calloc's zeroed")
   r.path.release(q, "test");
 }
 
+// A growing block that moves into a cached block takes what it needs; the
+// cached block's rest stays cached right behind it, where its next growth
+// step lands in place, and where a miss could evict it once the block stops
+// growing. (Taken whole, up to 4x the need, the rest was the block's own
+// until it was freed: docs/benchmarks.md "The cache's size".)
+TEST_CASE("large path: a move into a cached block takes only what it needs, and grows into the rest") {
+  NoHugePages nh;
+  Rig r(std::size_t{64} << 20);
+  void* big = r.alloc(std::size_t{4} << 20);
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  // The blocker right behind p: p cannot grow in place.
+  REQUIRE(static_cast<char*>(blocker) - static_cast<char*>(p) == 5 * static_cast<std::ptrdiff_t>(G));
+  fill(p, 256 << 10, 7);
+  r.path.release(big, "test");
+  const std::size_t cached = r.cache.cached_bytes();
+  REQUIRE(cached >= (std::size_t{4} << 20));
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 512 << 10, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(same(q, 256 << 10, 7));
+  CHECK(r.path.usable(q, "test") < (std::size_t{1} << 20));  // 9 granules, not 36
+  CHECK(r.cache.cached_bytes() == cached - 9 * G);
+  const int commits = faults.commits;
+  void* g = nullptr;
+  REQUIRE(r.path.resize(q, std::size_t{1} << 20, &g) == Result::ok);
+  CHECK(g == q);                     // in place, into the cached rest
+  CHECK(faults.commits == commits);  // its pages were there
+  CHECK(r.cache.cached_bytes() == cached - 17 * G);
+  CHECK(same(g, 256 << 10, 7));
+  CHECK(r.cache.check() == nullptr);
+  r.path.release(g, "test");
+  r.path.release(blocker, "test");
+}
+
 // A miss (nothing cached fits) that a smaller cached block can half serve:
 // its pages become the new block's front, only the rest is committed.
 TEST_CASE("large path: a miss takes a smaller cached block's pages") {
