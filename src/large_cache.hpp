@@ -393,8 +393,9 @@ void note_large_allocation();
 // builds the next one (its pages fault again: 11-31 us per 4 KiB on these
 // VMs, ~0.5 us on bare metal with the zeroing): the cache holds all of it
 // for the ~75 ms after every drop (keep_age), which is the instant the
-// issue's peers are compared at, and a bigger cache also adds the unused
-// tails of the cached blocks that growing buffers take whole to the peak.
+// issue's peers are compared at, and a bigger cache added ~4 % to the
+// peak (the warm backs of cached blocks that moving buffers then took
+// whole; a move now cuts its block to its need).
 // docs/benchmarks.md "The cache's size" has the figures for 512 MiB and
 // 1 GiB: LOWTIDE_CACHE=1GiB is the setting for such a job.
 constexpr std::size_t kAutoCapMost = std::size_t{256} << 20;

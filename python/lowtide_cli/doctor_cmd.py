@@ -162,9 +162,15 @@ def machine(d, lib, version, sysroot):
         else:
             d.info("memory limit", "none (no LOWTIDE_LIMIT, and no cgroup limit over this process)")
         cap = proc.get("cache_cap")
-        if cap is not None:
-            how = ("LOWTIDE_CACHE" if os.environ.get("LOWTIDE_CACHE", "auto") != "auto"
-                   else "LOWTIDE_CACHE=auto: a sixteenth of this machine's RAM, at most 256 MiB")
+        if cap == 0:
+            d.info("reuse cache", "off (LOWTIDE_CACHE=0): every freed large block goes back to the OS at free")
+        elif cap is not None:
+            # The library reads the word in any case and around spaces, and
+            # falls back to it (with a warning) for a value it rejects.
+            given = os.environ.get("LOWTIDE_CACHE", "auto").strip().lower()
+            rejected = any(ln.startswith("lowtide: warning: LOWTIDE_CACHE=") for ln in err.splitlines())
+            how = ("LOWTIDE_CACHE=auto: a sixteenth of this machine's RAM, at most 256 MiB"
+                   if given == "auto" or rejected else "LOWTIDE_CACHE")
             d.info("reuse cache", "up to %s of freed large blocks kept for reuse (%s)" % (human(cap), how))
     else:
         d.info("memory limit", "unknown (the library did not run)")

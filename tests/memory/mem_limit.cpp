@@ -8,8 +8,8 @@
 //             the baseline; the report shows the limit and "env".
 //   unlimited LOWTIDE_LIMIT=0: the same frees leave them cached and resident,
 //             up to LOWTIDE_CACHE's default ("auto": a sixteenth of the
-//             machine's RAM, at most 256 MiB; MemTotal read here, apart from
-//             the library's sysinfo), which is what the limit prevents;
+//             machine's RAM, at most 256 MiB, computed here too), which is
+//             what the limit prevents;
 //             the report shows no limit and that cap.
 //   cgroup    no LOWTIDE_LIMIT, a fake cgroup v2 tree (LOWTIDE_CGROUP_ROOT)
 //             whose memory.max is 64 MiB: as limited, the report "cgroup_v2".
@@ -17,6 +17,7 @@
 // LOWTIDE_DECAY_MS is an hour in every child, so nothing leaves the cache
 // by age: whatever is given back is given back because of the limit.
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -78,14 +79,14 @@ void check_limited(const Result& r) {
         static_cast<unsigned long long>(r.cached_after / MiB));
 }
 
-// LOWTIDE_CACHE=auto's cap, from /proc/meminfo (the library asks sysinfo).
+// LOWTIDE_CACHE=auto's cap, computed here: a sixteenth of the RAM sysinfo
+// reports (as the library asks; /proc/meminfo may differ under LXCFS), at
+// most 256 MiB.
 std::size_t auto_cap() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
-  CHECK(f != nullptr);
-  unsigned long long kib = 0;
-  CHECK(std::fscanf(f, "MemTotal: %llu kB", &kib) == 1);
-  std::fclose(f);
-  const std::size_t sixteenth = static_cast<std::size_t>(kib * 1024 / 16);
+  struct sysinfo si;
+  CHECK(sysinfo(&si) == 0);
+  const unsigned long long ram = static_cast<unsigned long long>(si.totalram) * (si.mem_unit != 0 ? si.mem_unit : 1);
+  const std::size_t sixteenth = static_cast<std::size_t>(ram / 16);
   return sixteenth < 256 * MiB ? sixteenth : 256 * MiB;
 }
 

@@ -495,6 +495,9 @@ def parse_text(text):
     limit = [ln for ln in lines if ln.startswith("memory limit ")]
     check(len(limit) == 1 and re.fullmatch(r"memory limit\s+(none|\S+ \S+\s+\((env|cgroup_v2|cgroup_v1)\))",
                                            limit[0]) is not None, f"the memory limit row {limit}")
+    cap = [ln for ln in lines if ln.startswith("reuse cache cap ")]
+    check(len(cap) == 1 and re.fullmatch(r"reuse cache cap\s+(0 B|\d+(\.\d)? (B|KiB|MiB|GiB|TiB))", cap[0]) is not None,
+          f"the reuse cache cap row {cap}")
     rows = stats_table()
     i = lines.index("-- totals --")
     calls = in_object(rows, "totals_calls")

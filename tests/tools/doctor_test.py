@@ -92,6 +92,12 @@ def case_machine(tmp):
     rc, out, err = doctor(["--sysroot", b], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_CACHE="96M"))
     check("reuse cache              up to 96.0 MiB of freed large blocks kept for reuse (LOWTIDE_CACHE)" in out,
           "LOWTIDE_CACHE's cap as the library applies it: %r" % [ln for ln in out.splitlines() if "reuse" in ln])
+    for value in ("AUTO", "lots"):  # the word in any case, and the default a rejected value falls back to
+        rc, out, err = doctor(["--sysroot", b], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_CACHE=value))
+        check("of freed large blocks kept for reuse (LOWTIDE_CACHE=auto:" in out,
+              "LOWTIDE_CACHE=%s read as auto: %r" % (value, [ln for ln in out.splitlines() if "reuse" in ln]))
+    rc, out, err = doctor(["--sysroot", b], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_CACHE="0"))
+    check("reuse cache              off (LOWTIDE_CACHE=0)" in out, "LOWTIDE_CACHE=0: the cache off")
     # This machine, as it is: the library loads, nothing to warn about.
     rc, out, err = doctor([])
     check(rc == 0 and "library                  loads" in out and not warnings(out)
