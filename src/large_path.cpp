@@ -510,13 +510,10 @@ bool LargePath::grow_in_place(Change& c) {
 // a miss evicts them (docs/benchmarks.md "The cache's size").
 Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
   const std::uint32_t huge_g = wants_huge(c.bytes) ? kHugeGranules : 1;
-  std::uint32_t got = 0;
+  std::uint32_t got = 0;  // c.need: a take not for growth is cut to the need
   std::uint32_t ns = cache_.take(c.need, huge_g, 0, false, &got);
   *warm = ns != Arena::kNone;
   if (*warm) {
-    c.need = got;
-    c.bytes = Extent::bytes_of(got);
-    c.new_usable = c.bytes - c.off;
     stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());

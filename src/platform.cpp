@@ -69,19 +69,26 @@ int overcommit() {
   return m;
 }
 
-unsigned long long read_ram_swap_pages() {
+// RAM and swap in bytes, from one sysinfo(); false if it failed.
+bool read_ram_swap(unsigned long long* ram, unsigned long long* swap) {
   struct sysinfo si;
-  if (::sysinfo(&si) != 0) return ~0ull;
-  unsigned long long unit = si.mem_unit != 0 ? si.mem_unit : 1;
-  return (static_cast<unsigned long long>(si.totalram) + si.totalswap) * unit / kPageSize;
+  if (::sysinfo(&si) != 0) return false;
+  const unsigned long long unit = si.mem_unit != 0 ? si.mem_unit : 1;
+  *ram = static_cast<unsigned long long>(si.totalram) * unit;
+  *swap = static_cast<unsigned long long>(si.totalswap) * unit;
+  return true;
+}
+
+unsigned long long read_ram_swap_pages() {
+  unsigned long long ram = 0, swap = 0;
+  return read_ram_swap(&ram, &swap) ? (ram + swap) / kPageSize : ~0ull;
 }
 
 }  // namespace
 
 std::uint64_t ram_bytes() {
-  struct sysinfo si;
-  if (::sysinfo(&si) != 0) return 0;
-  return static_cast<std::uint64_t>(si.totalram) * (si.mem_unit != 0 ? si.mem_unit : 1);
+  unsigned long long ram = 0, swap = 0;
+  return read_ram_swap(&ram, &swap) ? ram : 0;
 }
 
 // Commits carry MAP_NORESERVE so that a committed block has exactly the
