@@ -63,7 +63,7 @@ void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow);
 inline void* small_pop(stats::Slot* st, std::size_t n, std::size_t u, stats::Counter call) {
   stats::count_small_alloc(st, call, n, u);
   if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
-    return small::cache_pop(tc, u);
+    return small::cache_pop_bin(tc, small::fast_bin(n));
   return nullptr;
 }
 

@@ -16,6 +16,7 @@ bool page_heap_known = false;
 const void* thread_heap() { return mi_heap_get_default(); }
 
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
+std::uint8_t request_bin[kTableMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
 std::uint16_t cache_class[kCacheBins];
 bool cache_on = false;
@@ -61,7 +62,23 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
   const unsigned n = sh->n;
   const bool room = n < kShelfBins;
   if (room) {
-    sh->head[n] = tc->head[b];
+    // The head's link, checked here: a broken one (a write after free)
+    // stops the process in this thread rather than in the one that would
+    // follow it.
+    void* h = tc->head[b];
+    // Emptied since free found it full (a signal handler's mallocs on this
+    // thread): nothing to shelve, and p goes to mimalloc (review).
+    if (h == nullptr || tc->count[b] == 0) {
+      shelf_unlock(sh);
+      return false;
+    }
+    const std::uintptr_t link = *static_cast<const std::uintptr_t*>(h);
+    if (__builtin_expect((link & (kMinAlign - 1)) != 0, 0)) {
+      shelf_unlock(sh);
+      log::fatal_heap("free()", "corrupted thread cache at", h);
+    }
+    sh->head[n] = h;
+    sh->next[n] = reinterpret_cast<void*>(link);
     sh->count[n] = tc->count[b];
     __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n + 1), __ATOMIC_RELAXED);
     // The bin emptied before the lock goes: a free on this thread in
@@ -82,13 +99,18 @@ void* shelf_take(ThreadCache* tc, std::size_t c) {
   Shelf* sh = &shelf[b];
   if (!shelf_lock(sh)) return nullptr;
   const unsigned n = sh->n;
+  void* h = nullptr;
   if (n != 0) {
-    tc->head[b] = sh->head[n - 1];
-    tc->count[b] = sh->count[n - 1];
+    // The head goes to the caller, the rest stays in the bin (the head's
+    // link is not read: shelf_give kept it).
+    h = sh->head[n - 1];
+    tc->head[b] = sh->next[n - 1];
+    tc->count[b] = static_cast<std::uint8_t>(sh->count[n - 1] - 1);
     __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n - 1), __ATOMIC_RELAXED);
   }
   shelf_unlock(sh);
-  return n != 0 ? cache_pop(tc, c) : nullptr;
+  if (h != nullptr) __builtin_prefetch(tc->head[b], 0, 3);
+  return h;
 }
 
 void shelf_flush() {
@@ -149,6 +171,10 @@ void configure_cache(std::size_t bytes_per_class) {
     cache_cap[next] = static_cast<std::uint8_t>(cap < kCacheBlocks ? cap : kCacheBlocks);
     cache_on = true;
     ++next;
+  }
+  for (std::size_t g = 0; g <= kTableMax / kMinAlign; ++g) {
+    const std::size_t c = class_table[g];
+    request_bin[g] = c != 0 && c <= kCacheMax ? cache_bin[c / kMinAlign] : 0;
   }
 }
 

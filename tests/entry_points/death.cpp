@@ -220,7 +220,7 @@ void case_small_link_broken(int fd) {
   *static_cast<volatile std::uintptr_t*>(opaque(p)) = 0x4142434445464748;
   report(fd, p);
   void* q = malloc(opaque(std::size_t{48}));
-  report(fd, q);  // not reached
+  report(fd, q);  // not reached (the harness compares the last pointer reported)
 }
 
 // Control: valid large and small alloc/free, exits 0. Guards against a harness
@@ -235,6 +235,30 @@ void case_control(int fd) {
   free(opaque(p));
   free(nullptr);
   report(fd, nullptr);
+}
+
+// The same where the broken block is the head of a bin another thread's
+// blocks filled: the free that hands the full bin to the shelf reads the
+// head's link (small_path.cpp shelf_give) and stops there, before another
+// thread could take the bin and follow the link. Each freed block's link
+// is broken at once, so whichever is the head when the bin fills is broken.
+void case_small_link_broken_shelf(int fd) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 200; ++i) {
+    void* p = malloc(opaque(std::size_t{48}));
+    CHECK(p != nullptr);
+    blocks.push_back(p);
+  }
+  std::thread t([&] {
+    warm_thread_cache();
+    for (void* p : blocks) {
+      free(opaque(p));
+      *static_cast<volatile std::uintptr_t*>(opaque(p)) = 0x4142434445464748;
+      report(fd, p);  // the bin's head when the next free finds it full
+    }
+  });
+  t.join();
+  // Only reached if no free stopped the process, which must not happen.
 }
 
 const Case kCases[] = {
@@ -259,6 +283,8 @@ const Case kCases[] = {
     {"delete[] twice of a 200-byte array", case_small_delete_twice, true},
     {"malloc after a write into a freed 48-byte block", case_small_link_broken, true,
      "lowtide: malloc(): corrupted thread cache at"},
+    {"free of another thread's 48-byte block onto a bin whose head was written after free",
+     case_small_link_broken_shelf, true, "lowtide: free(): corrupted thread cache at"},
 };
 
 std::string read_all_bounded(int fd, double seconds) {
@@ -331,8 +357,10 @@ bool run_case(const Case& c) {
     std::snprintf(why, sizeof why, "stderr lacks \"%s\"", c.message);
     complain(why);
   } else {
-    // The message should name the pointer the program passed.
-    const unsigned long want = std::strtoul(out.c_str(), nullptr, 16);
+    // The message should name the pointer the program passed: the last
+    // one it reported before it stopped.
+    const std::size_t last = out.find_last_of('\n', out.empty() ? 0 : out.size() - 2);
+    const unsigned long want = std::strtoul(out.c_str() + (last == std::string::npos ? 0 : last + 1), nullptr, 16);
     const char* hex = err.c_str() + at + std::strlen(c.message);
     while (*hex == ' ') ++hex;
     const unsigned long got = std::strtoul(hex, nullptr, 16);

@@ -52,6 +52,28 @@ TEST_CASE("fast_class: mimalloc serves the class size from the round-up's class"
   CHECK(misaligned == 0);
 }
 
+// malloc's fast path finds the thread cache's bin from n directly
+// (fast_bin), not from the class: it must be the class's bin for every n
+// the table covers, with the cache on and every cached class in a bin.
+TEST_CASE("fast_bin: every request's bin is its class's bin") {
+  small::configure();
+  REQUIRE(small::class_table_ready);
+  small::configure_cache(16 << 10);
+  REQUIRE(small::cache_on);
+  std::size_t mismatches = 0, cached = 0;
+  for (std::size_t n = 0; n <= small::kTableMax; ++n) {
+    const std::size_t c = small::fast_class(n);
+    const unsigned b = small::fast_bin(n);
+    if (b != small::cache_bin[c / 16]) ++mismatches;
+    if (b != 0) {
+      ++cached;
+      if (small::cache_class[b] != c) ++mismatches;
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(cached > small::kTableMax / 2);  // (8 KiB blocks cap at 2: every class is cached)
+}
+
 TEST_CASE("mi_good_size stops matching above the limit, so the limit is needed") {
   // If this starts to fail, a newer mimalloc agrees further up and the limit
   // could be raised.
