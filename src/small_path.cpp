@@ -21,7 +21,7 @@ std::uint8_t cache_cap[kCacheBins];
 std::uint16_t cache_class[kCacheBins];
 bool cache_on = false;
 
-void cache_corrupt(const void* p) { log::fatal_heap("malloc()", "corrupted thread cache at", p); }
+void cache_corrupt(const char* what, const void* p) { log::fatal_heap(what, "corrupted thread cache at", p); }
 
 void cache_double_free(const void* p) { log::fatal_pointer("free()", p); }
 
@@ -75,7 +75,7 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
     const std::uintptr_t link = *static_cast<const std::uintptr_t*>(h);
     if (__builtin_expect((link & (kMinAlign - 1)) != 0, 0)) {
       shelf_unlock(sh);
-      log::fatal_heap("free()", "corrupted thread cache at", h);
+      cache_corrupt("free()", h);
     }
     sh->head[n] = h;
     sh->next[n] = reinterpret_cast<void*>(link);

@@ -202,7 +202,9 @@ extern bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
 // registering one allocates, and glibc aborts when that fails.)
 inline constexpr std::uint64_t kCacheWarm = 256;
 
-[[noreturn]] void cache_corrupt(const void* p);
+// A cached block's link is not 16-byte aligned (a write after free): stop
+// the process, naming the entry point that found it.
+[[noreturn]] void cache_corrupt(const char* what, const void* p);
 
 // A request's bin, looked up as fast_class looks up its class (the same
 // index), so malloc need not wait for the class to find the bin: request n
@@ -216,7 +218,7 @@ inline void* cache_pop_bin(ThreadCache* tc, unsigned b) {
   if (h == nullptr) return nullptr;
   auto* w = static_cast<std::uintptr_t*>(h);
   const std::uintptr_t next = w[0];
-  if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt(h);
+  if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt("malloc()", h);
   tc->head[b] = reinterpret_cast<void*>(next);
   tc->count[b]--;
   // The next pop reads the next block's first word: ask for its line now. A
