@@ -90,7 +90,7 @@ void after_fork_child() {
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
   stats::fork_child();
-  small::shelf_fork_child();
+  small::shelf_fork_child(t_local.cache);
   sites::fork_child();
   report::on_fork_child();
   limit::fork_child();

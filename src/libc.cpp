@@ -79,6 +79,7 @@ void free_keep_errno(void* p) {
 
 void open_thread_cache(stats::Slot* st) {
   st->cache.heap = small::thread_heap();
+  small::cache_reset_caps(&st->cache);
   t_local.cache = &st->cache;
 }
 
@@ -91,6 +92,7 @@ void free_arming(stats::Slot* st, void* p, const unsigned char* page) {
 void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
   const unsigned b = small::cache_bin[u / kMinAlign];
   if (small::cache_is_head(tc, b, p)) small::cache_double_free(p);
+  if (small::cache_grow(tc, b)) return small::cache_put(tc, b, p);
   if (small::shelf_wanted(tc, page) && small::shelf_give(tc, b)) return small::cache_put(tc, b, p);
   if (small::page_used(page) >= 2) return small::release(p);
   release_keep_errno(p);

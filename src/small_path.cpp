@@ -18,6 +18,17 @@ const void* thread_heap() { return mi_heap_get_default(); }
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
 std::uint8_t request_bin[kTableMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
+std::uint8_t cache_cap_max[kCacheBins];
+std::uint32_t cache_grow_budget = 0;
+std::uint32_t cache_grow_pool_cap = 0;
+namespace {
+std::uint32_t grow_pool = 0;  // bytes taken from the pool (__atomic)
+void pool_give_back(std::uint32_t bytes) {
+  if (bytes != 0) __atomic_sub_fetch(&grow_pool, bytes, __ATOMIC_RELAXED);
+}
+}  // namespace
+
+std::size_t cache_grown_bytes() { return __atomic_load_n(&grow_pool, __ATOMIC_RELAXED); }
 std::uint16_t cache_class[kCacheBins];
 bool cache_on = false;
 
@@ -38,7 +49,78 @@ void cache_flush(ThreadCache* tc) {
     tc->count[b] = 0;
     free_list(q, n);
   }
+  cache_reset_caps(tc);
   errno = saved;
+}
+
+namespace {
+// Bin v down to its cap: its newest blocks beyond it back to mimalloc
+// (free's errno kept; each link checked as malloc checks it).
+void cache_trim(ThreadCache* tc, unsigned v) {
+  if (tc->count[v] <= tc->cap[v]) return;
+  const int saved = errno;
+  while (tc->count[v] > tc->cap[v] && tc->head[v] != nullptr) {
+    void* h = tc->head[v];
+    const std::uintptr_t next = *static_cast<const std::uintptr_t*>(h);
+    if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt("free()", h);
+    tc->head[v] = reinterpret_cast<void*>(next);
+    tc->count[v]--;
+    mi_free(h);
+  }
+  errno = saved;
+}
+}  // namespace
+
+void cache_reset_caps(ThreadCache* tc) {
+  for (unsigned b = 0; b < kCacheBins; ++b) tc->cap[b] = cache_cap[b];
+  const std::uint32_t grown = tc->grown;
+  tc->grown = 0;
+  tc->victim = 0;
+  pool_give_back(grown);
+}
+
+bool cache_grow(ThreadCache* tc, unsigned b) {
+  const unsigned cap = tc->cap[b], max = cache_cap_max[b];
+  if (cap >= max || cap == 0) return false;
+  // Doubled, and again while that leaves no room: a bin taken whole from
+  // the shelf may hold more than this thread's cap.
+  const unsigned count = tc->count[b];
+  unsigned want = cap;
+  do want = 2 * want < max ? 2 * want : max;
+  while (want <= count && want < max);
+  const std::uint32_t cost = (want - cap) * std::uint32_t{cache_class[b]};
+  // Over the thread's budget or the pool's: this thread's other raised
+  // bins put back to their base, round robin from where the last search
+  // stopped, and what they hold beyond it given back to mimalloc, so the
+  // thread never holds more than its caps (no other thread's bins are
+  // touched: they are theirs alone).
+  auto over = [&] {
+    return tc->grown + cost > cache_grow_budget ||
+           __atomic_load_n(&grow_pool, __ATOMIC_RELAXED) + cost > cache_grow_pool_cap;
+  };
+  // (A thread with no raises of its own has nothing to take back: with the
+  // pool used up by other threads, its overflows give up here at once.)
+  for (unsigned i = 1; i < kCacheBins && tc->grown != 0 && over(); ++i) {
+    const unsigned v = (tc->victim + i) % kCacheBins;
+    if (v == b || tc->cap[v] <= cache_cap[v]) continue;
+    std::uint32_t back = (tc->cap[v] - cache_cap[v]) * std::uint32_t{cache_class[v]};
+    if (back > tc->grown) back = tc->grown;
+    tc->grown -= back;
+    tc->cap[v] = cache_cap[v];
+    tc->victim = static_cast<std::uint8_t>(v);
+    pool_give_back(back);
+    cache_trim(tc, v);
+  }
+  if (tc->grown + cost > cache_grow_budget) return false;
+  // Taken from the pool, or given back at once when other threads took it
+  // first (two threads racing here may both give up: no harm).
+  if (__atomic_add_fetch(&grow_pool, cost, __ATOMIC_RELAXED) > cache_grow_pool_cap) {
+    pool_give_back(cost);
+    return false;
+  }
+  tc->grown += cost;
+  tc->cap[b] = static_cast<std::uint8_t>(want);
+  return count < want;
 }
 
 Shelf shelf[kCacheBins];
@@ -141,12 +223,14 @@ std::size_t shelf_bytes() {
   return total;
 }
 
-void shelf_fork_child() {
+void shelf_fork_child(const ThreadCache* tc) {
   for (Shelf& sh : shelf) {
     if (sh.busy == 0) continue;
     sh.n = 0;
     sh.busy = 0;
   }
+  // The other threads are gone, and their raises with them.
+  grow_pool = tc != nullptr ? tc->grown : 0;
 }
 
 std::size_t cache_bytes(const ThreadCache* tc) {
@@ -169,9 +253,20 @@ void configure_cache(std::size_t bytes_per_class) {
     cache_bin[c / kMinAlign] = static_cast<std::uint8_t>(next);
     cache_class[next] = static_cast<std::uint16_t>(c);
     cache_cap[next] = static_cast<std::uint8_t>(cap < kCacheBlocks ? cap : kCacheBlocks);
+    const std::size_t max = 4 * bytes_per_class / c;
+    cache_cap_max[next] = static_cast<std::uint8_t>(max < kCacheBlocks ? max : kCacheBlocks);
     cache_on = true;
     ++next;
   }
+  // A thread's raises at most 64 times the bytes a class starts with (1 MiB
+  // by default; every class grown adds ~0.75 MiB, so by default it binds
+  // only with LOWTIDE_THREAD_CACHE set lower), all threads' at most 256
+  // times (4 MiB: five threads with every class grown). Bounds in bytes
+  // of the caps, so what the caches can hold stays known however many
+  // threads there are: at most every thread's base caps (~400 KiB) plus
+  // the pool.
+  cache_grow_budget = static_cast<std::uint32_t>(64 * bytes_per_class);
+  cache_grow_pool_cap = static_cast<std::uint32_t>(256 * bytes_per_class);
   for (std::size_t g = 0; g <= kTableMax / kMinAlign; ++g) {
     const std::size_t c = class_table[g];
     request_bin[g] = c != 0 && c <= kCacheMax ? cache_bin[c / kMinAlign] : 0;

@@ -169,10 +169,13 @@ inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
 // (a queue, a server's request objects), mimalloc's cross-thread free: the
 // freeing thread reuses the block itself. Blocks stay mimalloc's: usable
 // size, realloc and the page a block lives on do not change; a cached block
-// is one mimalloc counts in use, so a bin holds at most cache_cap[bin]
-// blocks (LOWTIDE_THREAD_CACHE bytes per class, at most kCacheBlocks), and a
-// thread's cache is given back to mimalloc at its exit, at malloc_trim and
-// lowtide_release() on that thread.
+// is one mimalloc counts in use, so a bin holds at most its cap: a class's
+// base cap (cache_cap: LOWTIDE_THREAD_CACHE bytes, at most kCacheBlocks),
+// which a bin that overflows raises step by step up to four times that
+// (cache_cap_max), while all the thread's raises together stay within
+// cache_grow_budget bytes (cache_grow). A thread's cache is given back to
+// mimalloc at its exit, at malloc_trim and lowtide_release() on that
+// thread, which also put its caps back to their base.
 //
 // A cached block's first word links to the next; malloc checks it is
 // 16-byte aligned before it follows it, so most stray writes into a freed
@@ -188,7 +191,16 @@ inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
 // every cached block can keep a mimalloc page from going back.
 inline constexpr std::size_t kCacheBlocks = 64;
 extern std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
-extern std::uint8_t cache_cap[kCacheBins];  // blocks a bin may hold (0: off)
+extern std::uint8_t cache_cap[kCacheBins];  // a bin's base cap, in blocks (0: off)
+extern std::uint8_t cache_cap_max[kCacheBins];  // what cache_grow may raise it to
+// Bytes a thread's raised caps may add over their bases, all bins together,
+// and all threads' raises together (the pool: raises are taken from it and
+// given back when a bin is put back to its base, at a thread's exit, at
+// malloc_trim and lowtide_release()).
+extern std::uint32_t cache_grow_budget;
+extern std::uint32_t cache_grow_pool_cap;
+// Bytes all threads' caps stand above their bases (the pool in use).
+std::size_t cache_grown_bytes();
 extern std::uint16_t cache_class[kCacheBins];  // each bin's class size
 extern bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
 // A thread caches only from its kCacheWarm-th free on. mimalloc empties a
@@ -234,7 +246,21 @@ inline void* cache_pop(ThreadCache* tc, std::size_t c) { return cache_pop_bin(tc
 
 // free: has bin b (cache_bin[c / kMinAlign] of the freed block's class c)
 // room for one more block? Bin 0, of the classes not cached, never has.
-inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < cache_cap[b]; }
+inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < tc->cap[b]; }
+// free, bin b full (b != 0): raise its cap one step (doubled, at most
+// cache_cap_max[b]) if the thread's budget and the pool allow, taking back
+// this thread's other raises when they do not (round robin: each bin put
+// back to its base cap, its blocks beyond it to mimalloc); true if the bin
+// now has room for the block being freed. Why a cap
+// grows: a bin that overflows sends every further free of its class to
+// mimalloc and every later malloc of it misses, and one that overflows
+// with another thread's blocks shelves a bin per cap frees. A larger base
+// cap for every class would cost every thread memory for classes it does
+// not churn; raises bounded per thread and per process cost at most the
+// pool, however many threads there are (docs/benchmarks.md).
+bool cache_grow(ThreadCache* tc, unsigned b);
+// A thread's cache opening (or emptied): every bin at its base cap.
+void cache_reset_caps(ThreadCache* tc);
 // Is p its bin's newest block already (a double free)? Then free stops
 // the process (cache_double_free, out of line).
 inline bool cache_is_head(const ThreadCache* tc, unsigned b, const void* p) { return tc->head[b] == p; }
@@ -290,8 +316,9 @@ void shelf_flush();
 // Bytes on the shelves (a gauge: bins move while it reads).
 std::size_t shelf_bytes();
 // In a fork child: a shelf another thread held at the fork is emptied (its
-// bins may be half moved; their blocks stay with the child, unused).
-void shelf_fork_child();
+// bins may be half moved; their blocks stay with the child, unused), and
+// the pool of raises is the forking thread's own (tc: its cache, or NULL).
+void shelf_fork_child(const ThreadCache* tc);
 
 // Every cached block back to mimalloc (errno kept), the cache left empty.
 void cache_flush(ThreadCache* tc);
