@@ -19,16 +19,18 @@ std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
 std::uint8_t request_bin[kTableMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
 std::uint8_t cache_cap_max[kCacheBins];
-std::uint32_t cache_grow_budget = 0;
 std::uint32_t cache_grow_pool_cap = 0;
 namespace {
 std::uint32_t grow_pool = 0;  // bytes taken from the pool (__atomic)
-void pool_give_back(std::uint32_t bytes) {
-  if (bytes != 0) __atomic_sub_fetch(&grow_pool, bytes, __ATOMIC_RELAXED);
+// *v -= n, never below 0 (a bound, not a balance: never wraps).
+void sub_floor(std::uint32_t* v, std::uint32_t n) {
+  if (n == 0) return;
+  std::uint32_t old = __atomic_load_n(v, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(v, &old, old > n ? old - n : 0, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
 }
+void pool_give_back(std::uint32_t bytes) { sub_floor(&grow_pool, bytes); }
 }  // namespace
-
-std::size_t cache_grown_bytes() { return __atomic_load_n(&grow_pool, __ATOMIC_RELAXED); }
 std::uint16_t cache_class[kCacheBins];
 bool cache_on = false;
 
@@ -71,16 +73,28 @@ void cache_trim(ThreadCache* tc, unsigned v) {
 }
 }  // namespace
 
+namespace {
+// Bin v's raise taken back: its cap set to its base, the bytes it stood
+// above it returned. Atomic (as are the other updates of the caps and
+// the sums below), so a signal handler's free on this thread that raises
+// or takes back in between leaves the pool's sum exact.
+std::uint32_t cap_to_base(ThreadCache* tc, unsigned v) {
+  const std::uint8_t base = cache_cap[v];
+  const std::uint8_t old = __atomic_exchange_n(&tc->cap[v], base, __ATOMIC_RELAXED);
+  return old > base ? (old - base) * std::uint32_t{cache_class[v]} : 0;
+}
+}  // namespace
+
 void cache_reset_caps(ThreadCache* tc) {
-  for (unsigned b = 0; b < kCacheBins; ++b) tc->cap[b] = cache_cap[b];
-  const std::uint32_t grown = tc->grown;
-  tc->grown = 0;
+  std::uint32_t back = 0;
+  for (unsigned b = 0; b < kCacheBins; ++b) back += cap_to_base(tc, b);
+  sub_floor(&tc->grown, back);
   tc->victim = 0;
-  pool_give_back(grown);
+  pool_give_back(back);
 }
 
 bool cache_grow(ThreadCache* tc, unsigned b) {
-  const unsigned cap = tc->cap[b], max = cache_cap_max[b];
+  const unsigned cap = __atomic_load_n(&tc->cap[b], __ATOMIC_RELAXED), max = cache_cap_max[b];
   if (cap >= max || cap == 0) return false;
   // Doubled, and again while that leaves no room: a bin taken whole from
   // the shelf may hold more than this thread's cap.
@@ -89,38 +103,39 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   do want = 2 * want < max ? 2 * want : max;
   while (want <= count && want < max);
   const std::uint32_t cost = (want - cap) * std::uint32_t{cache_class[b]};
-  // Over the thread's budget or the pool's: this thread's other raised
-  // bins put back to their base, round robin from where the last search
-  // stopped, and what they hold beyond it given back to mimalloc, so the
-  // thread never holds more than its caps (no other thread's bins are
-  // touched: they are theirs alone).
-  auto over = [&] {
-    return tc->grown + cost > cache_grow_budget ||
-           __atomic_load_n(&grow_pool, __ATOMIC_RELAXED) + cost > cache_grow_pool_cap;
-  };
-  // (A thread with no raises of its own has nothing to take back: with the
-  // pool used up by other threads, its overflows give up here at once.)
-  for (unsigned i = 1; i < kCacheBins && tc->grown != 0 && over(); ++i) {
+  auto over = [&] { return __atomic_load_n(&grow_pool, __ATOMIC_RELAXED) + cost > cache_grow_pool_cap; };
+  // The pool used up: this thread's other raised bins put back to their
+  // base, round robin from where the last search stopped, and what they
+  // hold beyond it given back to mimalloc, so the thread never holds more
+  // than its caps. No other thread's bins are touched (they are theirs
+  // alone), and a thread with no raises of its own gives up at once.
+  for (unsigned i = 1; i <= kCacheBins && __atomic_load_n(&tc->grown, __ATOMIC_RELAXED) != 0 && over(); ++i) {
     const unsigned v = (tc->victim + i) % kCacheBins;
-    if (v == b || tc->cap[v] <= cache_cap[v]) continue;
-    std::uint32_t back = (tc->cap[v] - cache_cap[v]) * std::uint32_t{cache_class[v]};
-    if (back > tc->grown) back = tc->grown;
-    tc->grown -= back;
-    tc->cap[v] = cache_cap[v];
-    tc->victim = static_cast<std::uint8_t>(v);
+    if (v == b || v == 0) continue;
+    const std::uint32_t back = cap_to_base(tc, v);
+    if (back == 0) continue;
+    sub_floor(&tc->grown, back);
     pool_give_back(back);
+    tc->victim = static_cast<std::uint8_t>(v);
     cache_trim(tc, v);
   }
-  if (tc->grown + cost > cache_grow_budget) return false;
+  // (A plain load first: with the pool used up, no locked instruction on
+  // its shared line for every overflowing free.)
+  if (over()) return false;
   // Taken from the pool, or given back at once when other threads took it
   // first (two threads racing here may both give up: no harm).
   if (__atomic_add_fetch(&grow_pool, cost, __ATOMIC_RELAXED) > cache_grow_pool_cap) {
     pool_give_back(cost);
     return false;
   }
-  tc->grown += cost;
-  tc->cap[b] = static_cast<std::uint8_t>(want);
-  return count < want;
+  std::uint8_t expected = static_cast<std::uint8_t>(cap);
+  if (!__atomic_compare_exchange_n(&tc->cap[b], &expected, static_cast<std::uint8_t>(want), false, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED)) {
+    pool_give_back(cost);  // (changed by a signal handler's free meanwhile)
+    return tc->count[b] < __atomic_load_n(&tc->cap[b], __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&tc->grown, cost, __ATOMIC_RELAXED);
+  return tc->count[b] < want;
 }
 
 Shelf shelf[kCacheBins];
@@ -258,14 +273,11 @@ void configure_cache(std::size_t bytes_per_class) {
     cache_on = true;
     ++next;
   }
-  // A thread's raises at most 64 times the bytes a class starts with (1 MiB
-  // by default; every class grown adds ~0.75 MiB, so by default it binds
-  // only with LOWTIDE_THREAD_CACHE set lower), all threads' at most 256
-  // times (4 MiB: five threads with every class grown). Bounds in bytes
-  // of the caps, so what the caches can hold stays known however many
-  // threads there are: at most every thread's base caps (~400 KiB) plus
-  // the pool.
-  cache_grow_budget = static_cast<std::uint32_t>(64 * bytes_per_class);
+  // All threads' raises together at most 256 times the bytes a class
+  // starts with (4 MiB by default: five threads with every class grown, a
+  // thread's ~0.75 MiB). A bound in bytes of the caps, so what the caches
+  // can hold stays known however many threads there are: every thread's
+  // base caps (~400 KiB) plus the pool.
   cache_grow_pool_cap = static_cast<std::uint32_t>(256 * bytes_per_class);
   for (std::size_t g = 0; g <= kTableMax / kMinAlign; ++g) {
     const std::size_t c = class_table[g];

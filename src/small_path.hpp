@@ -172,8 +172,8 @@ inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
 // is one mimalloc counts in use, so a bin holds at most its cap: a class's
 // base cap (cache_cap: LOWTIDE_THREAD_CACHE bytes, at most kCacheBlocks),
 // which a bin that overflows raises step by step up to four times that
-// (cache_cap_max), while all the thread's raises together stay within
-// cache_grow_budget bytes (cache_grow). A thread's cache is given back to
+// (cache_cap_max), while all threads' raises together stay within
+// cache_grow_pool_cap bytes (cache_grow). A thread's cache is given back to
 // mimalloc at its exit, at malloc_trim and lowtide_release() on that
 // thread, which also put its caps back to their base.
 //
@@ -193,14 +193,10 @@ inline constexpr std::size_t kCacheBlocks = 64;
 extern std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
 extern std::uint8_t cache_cap[kCacheBins];  // a bin's base cap, in blocks (0: off)
 extern std::uint8_t cache_cap_max[kCacheBins];  // what cache_grow may raise it to
-// Bytes a thread's raised caps may add over their bases, all bins together,
-// and all threads' raises together (the pool: raises are taken from it and
-// given back when a bin is put back to its base, at a thread's exit, at
-// malloc_trim and lowtide_release()).
-extern std::uint32_t cache_grow_budget;
+// Bytes all threads' raised caps may add over their bases (the pool:
+// raises are taken from it and given back when a bin is put back to its
+// base, at a thread's exit, at malloc_trim and lowtide_release()).
 extern std::uint32_t cache_grow_pool_cap;
-// Bytes all threads' caps stand above their bases (the pool in use).
-std::size_t cache_grown_bytes();
 extern std::uint16_t cache_class[kCacheBins];  // each bin's class size
 extern bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
 // A thread caches only from its kCacheWarm-th free on. mimalloc empties a
@@ -248,10 +244,10 @@ inline void* cache_pop(ThreadCache* tc, std::size_t c) { return cache_pop_bin(tc
 // room for one more block? Bin 0, of the classes not cached, never has.
 inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < tc->cap[b]; }
 // free, bin b full (b != 0): raise its cap one step (doubled, at most
-// cache_cap_max[b]) if the thread's budget and the pool allow, taking back
-// this thread's other raises when they do not (round robin: each bin put
-// back to its base cap, its blocks beyond it to mimalloc); true if the bin
-// now has room for the block being freed. Why a cap
+// cache_cap_max[b]) if the pool allows, taking back this thread's other
+// raises when it does not (round robin: each bin put back to its base cap,
+// its blocks beyond it to mimalloc); true if the bin now has room for the
+// block being freed. Why a cap
 // grows: a bin that overflows sends every further free of its class to
 // mimalloc and every later malloc of it misses, and one that overflows
 // with another thread's blocks shelves a bin per cap frees. A larger base

@@ -15,10 +15,10 @@ struct ThreadCache {
   std::uint8_t count[kCacheBins];
   // Each bin's cap in blocks: its class's base cap (cache_cap) when the
   // cache opens, raised by a bin that overflows (small_path.hpp,
-  // cache_grow) as far as the thread's budget allows.
+  // cache_grow) as far as the process-wide pool allows.
   std::uint8_t cap[kCacheBins];
-  std::uint8_t victim;   // the bin cache_grow looks at first when it must take budget back
-  std::uint32_t grown;   // bytes the caps stand above their base caps
+  std::uint8_t victim;   // where cache_grow's last search for a raise to take back stopped
+  std::uint32_t grown;   // bytes the caps stand above their base caps (__atomic)
   const void* heap;  // the thread's mimalloc heap (whose pages are its own), set when the cache opens
 };
 

@@ -190,10 +190,10 @@ int main() {
   // The documented rule: LOWTIDE_THREAD_CACHE bytes of a class (16 KiB by
   // default), at most 64 blocks, to start with; a bin that overflows
   // doubles its cap up to four times that (at most 64 blocks), within the
-  // thread's budget (64 times the base: far more than one class needs).
+  // process-wide pool (256 times the base: far more than one class needs).
   std::size_t per_class = 16 << 10;
   if (env != nullptr) per_class = std::strtoull(env, nullptr, 10);  // plain bytes in this test
-  cap = 4 * per_class / cls;
+  cap = per_class < cls ? 0 : 4 * per_class / cls;  // (a class above the value is not cached)
   if (cap > 64) cap = 64;
   CHECK((kShelfBins + 1) * cap < static_cast<std::size_t>(kFrees));
   // The worker's frees fill its bin and grow it to its largest cap, then
