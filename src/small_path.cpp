@@ -104,20 +104,22 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   while (want <= count && want < max);
   const std::uint32_t cost = (want - cap) * std::uint32_t{cache_class[b]};
   auto over = [&] { return __atomic_load_n(&grow_pool, __ATOMIC_RELAXED) + cost > cache_grow_pool_cap; };
-  // The pool used up: this thread's other raised bins put back to their
-  // base, round robin from where the last search stopped, and what they
-  // hold beyond it given back to mimalloc, so the thread never holds more
-  // than its caps. No other thread's bins are touched (they are theirs
-  // alone), and a thread with no raises of its own gives up at once.
+  // The pool used up: this thread's other raised bins that hold no more
+  // than their base put back to it, round robin from where the last search
+  // stopped. A raised bin holding more is in use and keeps its raise:
+  // taking it back would give its blocks to mimalloc only for the two
+  // classes to take the raise from each other at every overflow (review).
+  // No other thread's bins are touched (they are theirs alone), and a
+  // thread with no raises of its own gives up at once.
   for (unsigned i = 1; i <= kCacheBins && __atomic_load_n(&tc->grown, __ATOMIC_RELAXED) != 0 && over(); ++i) {
     const unsigned v = (tc->victim + i) % kCacheBins;
-    if (v == b || v == 0) continue;
+    if (v == b || v == 0 || tc->count[v] > cache_cap[v]) continue;
     const std::uint32_t back = cap_to_base(tc, v);
     if (back == 0) continue;
     sub_floor(&tc->grown, back);
     pool_give_back(back);
     tc->victim = static_cast<std::uint8_t>(v);
-    cache_trim(tc, v);
+    cache_trim(tc, v);  // (nothing to trim unless a signal handler's free filled it meanwhile)
   }
   // (A plain load first: with the pool used up, no locked instruction on
   // its shared line for every overflowing free.)

@@ -245,9 +245,9 @@ inline void* cache_pop(ThreadCache* tc, std::size_t c) { return cache_pop_bin(tc
 inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < tc->cap[b]; }
 // free, bin b full (b != 0): raise its cap one step (doubled, at most
 // cache_cap_max[b]) if the pool allows, taking back this thread's other
-// raises when it does not (round robin: each bin put back to its base cap,
-// its blocks beyond it to mimalloc); true if the bin now has room for the
-// block being freed. Why a cap
+// raises when it does not (round robin, from bins that hold no more than
+// their base cap: each put back to it); true if the bin now has room for
+// the block being freed. Why a cap
 // grows: a bin that overflows sends every further free of its class to
 // mimalloc and every later malloc of it misses, and one that overflows
 // with another thread's blocks shelves a bin per cap frees. A larger base

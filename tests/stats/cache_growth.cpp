@@ -9,7 +9,10 @@
 //   2. threads freeing 64 blocks of every class each keep every class's
 //      grown cap while the pool has room, and all together at most their
 //      base caps plus the pool (which binds with 6 threads);
-//   3. once they exit the pool is free again: a new thread grows as in 1.
+//   3. with the pool used up, a thread takes back its own raise from a bin
+//      it has emptied (its ~3 KiB class, grown before the others came) to
+//      grow another (its 1 KiB class, which needs just that much);
+//   4. once they exit the pool is free again: a new thread grows as in 1.
 // The threads free only their own blocks (nothing goes onto the shelves)
 // while the main thread waits without allocating, so the gauge moves by
 // exactly what they keep. Run with the default and with
@@ -104,6 +107,29 @@ void* every_class(void* arg) {
   return nullptr;
 }
 
+// Phase 3's thread: grows its ~3 KiB bin (64 blocks freed), takes every
+// block back out of it (kept live, so the bin is empty), and waits; when
+// told, frees 64 blocks of 1 KiB, and waits again.
+std::size_t c3 = 0;  // kRequest's class
+std::atomic<int> p_go{0}, p_done{0};
+void* taker(void*) {
+  warm_up();
+  void* b[kBlocks];
+  for (auto& q : b) CHECK((q = malloc(lt::opaque(kRequest))) != nullptr);
+  for (auto* q : b) free(lt::opaque(q));
+  void* live[kBlocks] = {};
+  for (std::size_t k = 0; k < max_cap(c3); ++k) CHECK((live[k] = malloc(lt::opaque(kRequest))) != nullptr);
+  p_done.store(1);
+  wait_until(p_go, 1);
+  for (auto& q : b) CHECK((q = malloc(lt::opaque(std::size_t{1024}))) != nullptr);
+  for (auto* q : b) free(lt::opaque(q));
+  p_done.store(2);
+  wait_until(p_go, 2);
+  for (auto* q : live)
+    if (q != nullptr) free(lt::opaque(q));
+  return nullptr;
+}
+
 void phase_one_class(const char* what) {
   go = 0;
   done = 0;
@@ -151,6 +177,22 @@ int main() {
   release_cache()();
 
   phase_one_class("first thread");
+  {
+    void* probe = malloc(lt::opaque(kRequest));
+    c3 = malloc_usable_size(probe);
+    free(lt::opaque(probe));
+  }
+  // Phase 3's thread grows its ~3 KiB class before the others take the
+  // pool: that raise is what it can take back later, and all the 1 KiB
+  // class needs.
+  const std::uint64_t raise3 = (max_cap(c3) - base_cap(c3)) * c3, need1k = (max_cap(1024) - base_cap(1024)) * 1024;
+  CHECK(raise3 >= need1k && need1k > 0, "the ~3 KiB raise (%llu) must cover the 1 KiB class's (%llu)",
+        static_cast<unsigned long long>(raise3), static_cast<unsigned long long>(need1k));
+  p_go = 0;
+  p_done = 0;
+  pthread_t pt;
+  CHECK(pthread_create(&pt, nullptr, taker, nullptr) == 0);
+  wait_until(p_done, 1);
 
   // Phase 2: the threads one after another, each staying alive.
   go = 0;
@@ -188,10 +230,25 @@ int main() {
     prev = now;
   }
   CHECK(pool_bound, "the pool never held a thread back");
+
+  // Phase 3: the pool used up (what is left is less than any one step of
+  // the last thread's that failed: at most 32 KiB by default, 8 KiB with
+  // 4096, short of the 1 KiB class's whole growth), phase 3's thread grows
+  // its 1 KiB bin all the way with the raise of its emptied ~3 KiB bin.
+  {
+    const std::uint64_t before = cached();
+    p_go = 1;
+    wait_until(p_done, 2);
+    const std::uint64_t kept = cached() - before, want = max_cap(1024) * 1024;
+    CHECK(kept == want, "with the pool used up, a thread freeing 64 blocks of 1 KiB kept %llu bytes, expected %llu (its raise taken from its emptied ~3 KiB bin)",
+          static_cast<unsigned long long>(kept), static_cast<unsigned long long>(want));
+    p_go = 2;
+    CHECK(pthread_join(pt, nullptr) == 0);
+  }
   leave = 1;
   for (auto& th : t) CHECK(pthread_join(th, nullptr) == 0);
 
-  // Phase 3: their exits gave the pool back.
+  // Phase 4: their exits gave the pool back.
   phase_one_class("a thread after the others' exit");
   release_cache()();
   std::printf("ok: %zu classes, base caps %llu bytes a thread, grown at most %llu\n", classes.size(),
