@@ -88,7 +88,9 @@ std::uint32_t cap_to_base(ThreadCache* tc, unsigned v) {
 void cache_reset_caps(ThreadCache* tc) {
   std::uint32_t back = 0;
   for (unsigned b = 0; b < kCacheBins; ++b) back += cap_to_base(tc, b);
-  sub_floor(&tc->grown, back);
+  // (Zero whatever it says: a signal handler's take-back between a raise's
+  // compare-and-swap and its add can leave it above the caps' raises.)
+  __atomic_store_n(&tc->grown, 0, __ATOMIC_RELAXED);
   tc->victim = 0;
   pool_give_back(back);
 }

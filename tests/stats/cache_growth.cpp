@@ -11,7 +11,9 @@
 //      base caps plus the pool (which binds with 6 threads);
 //   3. with the pool used up, a thread takes back its own raise from a bin
 //      it has emptied (its ~3 KiB class, grown before the others came) to
-//      grow another (its 1 KiB class, which needs just that much);
+//      grow another (its 1 KiB class, which needs just that much), but not
+//      from a bin in use: its ~3 KiB class overflowing then stays at its
+//      base, and the 1 KiB bin keeps all 64 blocks for the next mallocs;
 //   4. once they exit the pool is free again: a new thread grows as in 1.
 // The threads free only their own blocks (nothing goes onto the shelves)
 // while the main thread waits without allocating, so the gauge moves by
@@ -109,7 +111,8 @@ void* every_class(void* arg) {
 
 // Phase 3's thread: grows its ~3 KiB bin (64 blocks freed), takes every
 // block back out of it (kept live, so the bin is empty), and waits; when
-// told, frees 64 blocks of 1 KiB, and waits again.
+// told, frees 64 blocks of 1 KiB, and waits; then frees its live ~3 KiB
+// blocks and mallocs 64 blocks of 1 KiB, and waits again.
 std::size_t c3 = 0;  // kRequest's class
 std::atomic<int> p_go{0}, p_done{0};
 void* taker(void*) {
@@ -127,6 +130,10 @@ void* taker(void*) {
   wait_until(p_go, 2);
   for (auto* q : live)
     if (q != nullptr) free(lt::opaque(q));
+  for (auto& q : b) CHECK((q = malloc(lt::opaque(std::size_t{1024}))) != nullptr);
+  p_done.store(3);
+  wait_until(p_go, 3);
+  for (auto* q : b) free(lt::opaque(q));
   return nullptr;
 }
 
@@ -242,7 +249,19 @@ int main() {
     const std::uint64_t kept = cached() - before, want = max_cap(1024) * 1024;
     CHECK(kept == want, "with the pool used up, a thread freeing 64 blocks of 1 KiB kept %llu bytes, expected %llu (its raise taken from its emptied ~3 KiB bin)",
           static_cast<unsigned long long>(kept), static_cast<unsigned long long>(want));
+    // Its ~3 KiB bin overflows with the pool still used up: the only raise
+    // it could take is the 1 KiB bin's, which is full (in use), so the
+    // ~3 KiB bin keeps its base cap; then its 64 mallocs of 1 KiB all come
+    // from that bin. (Taking the busy raise would trim the 1 KiB bin to its
+    // base and grow the ~3 KiB one: the gauge then moves by -1 KiB.)
+    const std::uint64_t before3 = cached();
     p_go = 2;
+    wait_until(p_done, 3);
+    const std::int64_t moved = static_cast<std::int64_t>(cached()) - static_cast<std::int64_t>(before3);
+    const std::int64_t expect = static_cast<std::int64_t>(base_cap(c3) * c3) - static_cast<std::int64_t>(max_cap(1024) * 1024);
+    CHECK(moved == expect, "freeing %zu blocks of ~3 KiB, then 64 mallocs of 1 KiB, moved the gauge by %lld bytes, expected %lld (the busy 1 KiB bin keeps its raise)",
+          max_cap(c3), static_cast<long long>(moved), static_cast<long long>(expect));
+    p_go = 3;
     CHECK(pthread_join(pt, nullptr) == 0);
   }
   leave = 1;
