@@ -56,24 +56,6 @@ void cache_flush(ThreadCache* tc) {
 }
 
 namespace {
-// Bin v down to its cap: its newest blocks beyond it back to mimalloc
-// (free's errno kept; each link checked as malloc checks it).
-void cache_trim(ThreadCache* tc, unsigned v) {
-  if (tc->count[v] <= tc->cap[v]) return;
-  const int saved = errno;
-  while (tc->count[v] > tc->cap[v] && tc->head[v] != nullptr) {
-    void* h = tc->head[v];
-    const std::uintptr_t next = *static_cast<const std::uintptr_t*>(h);
-    if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt("free()", h);
-    tc->head[v] = reinterpret_cast<void*>(next);
-    tc->count[v]--;
-    mi_free(h);
-  }
-  errno = saved;
-}
-}  // namespace
-
-namespace {
 // Bin v's raise taken back: its cap set to its base, the bytes it stood
 // above it returned. Atomic (as are the other updates of the caps and
 // the sums below), so a signal handler's free on this thread that raises
@@ -108,7 +90,9 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   auto over = [&] { return __atomic_load_n(&grow_pool, __ATOMIC_RELAXED) + cost > cache_grow_pool_cap; };
   // The pool used up: this thread's other raised bins that hold no more
   // than their base put back to it, round robin from where the last search
-  // stopped. A raised bin holding more is in use and keeps its raise:
+  // stopped (nothing to give to mimalloc: such a bin is within its base;
+  // one a signal handler's free filled meanwhile overflows until mallocs
+  // drain it). A raised bin holding more is in use and keeps its raise:
   // taking it back would give its blocks to mimalloc only for the two
   // classes to take the raise from each other at every overflow (review).
   // No other thread's bins are touched (they are theirs alone), and a
@@ -121,7 +105,6 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
     sub_floor(&tc->grown, back);
     pool_give_back(back);
     tc->victim = static_cast<std::uint8_t>(v);
-    cache_trim(tc, v);  // (nothing to trim unless a signal handler's free filled it meanwhile)
   }
   // (A plain load first: with the pool used up, no locked instruction on
   // its shared line for every overflowing free.)

@@ -247,12 +247,11 @@ inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count
 // cache_cap_max[b]) if the pool allows, taking back this thread's other
 // raises when it does not (round robin, from bins that hold no more than
 // their base cap: each put back to it); true if the bin now has room for
-// the block being freed. Why a cap
-// grows: a bin that overflows sends every further free of its class to
-// mimalloc and every later malloc of it misses, and one that overflows
-// with another thread's blocks shelves a bin per cap frees. A larger base
-// cap for every class would cost every thread memory for classes it does
-// not churn; raises bounded per thread and per process cost at most the
+// the block being freed. Why a cap grows: a bin that overflows sends every
+// further free of its class to mimalloc and every later malloc of it
+// misses, and one that overflows with another thread's blocks shelves a
+// bin per cap frees. A larger base cap for every class would cost every
+// thread memory for classes it does not churn; raises cost at most the
 // pool, however many threads there are (docs/benchmarks.md).
 bool cache_grow(ThreadCache* tc, unsigned b);
 // A thread's cache opening (or emptied): every bin at its base cap.
