@@ -208,23 +208,39 @@ ReuseCache::Entry ReuseCache::split_front(Entry& e, std::uint32_t k) {
   const Entry front{e.start, k, e.freed_ns};
   e.start += k;
   e.n -= k;
+  e.owner = 0;  // no block is right in front of it now (a cut says whose is)
   bytes_held_ -= Extent::bytes_of(k);
   if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
   return front;
 }
 
 // Hand out the first `want` granules of entry i (all of it if it has no
-// more): the rest stays cached where it is, with its age. Under mu_.
-std::uint32_t ReuseCache::cut(int i, std::uint32_t want) {
+// more): the rest stays cached where it is, with its age, kept for `who`,
+// whose block is now right in front of it. Under mu_.
+std::uint32_t ReuseCache::cut(int i, std::uint32_t want, std::uint32_t who) {
   Entry& e = entries_[i];
   std::uint32_t s = e.start;
   if (e.n <= want) {
     remove_at(i);
   } else {
     split_front(e, want);
+    e.owner = who;
   }
   recompute_oldest();
   return s;
+}
+
+// Hand out the last `want` granules of entry i (fewer than it has): its
+// front stays cached, still kept for the block in front of it. Under mu_.
+std::uint32_t ReuseCache::cut_back(int i, std::uint32_t want) {
+  Entry& e = entries_[i];
+  const std::uint32_t keep = e.n - want;
+  arena_.split(e.start, e.n, keep);
+  e.n = keep;
+  bytes_held_ -= Extent::bytes_of(want);
+  if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
+  recompute_oldest();
+  return e.start + keep;
 }
 
 int ReuseCache::oldest() const {  // under mu_, count_ > 0
@@ -261,12 +277,16 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
 }
 
 // Join the cached neighbours of [*start, *start + *n) to it, so blocks cut
-// by take() grow back whole. Under mu_.
-void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
+// by take() grow back whole. Returns whom the joined extent is kept for:
+// the owner of the neighbour in front, if one was joined (its block is
+// still in front of it), else nobody. Under mu_.
+std::uint32_t ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
+  std::uint32_t owner = 0;
   for (int i = 0; i < count_;) {
     Entry& e = entries_[i];
     if (e.start + e.n == *start || *start + *n == e.start) {
       std::uint32_t s = e.start < *start ? e.start : *start;
+      if (e.start < *start) owner = e.owner;
       arena_.join(s, e.start < *start ? e.n : *n, e.n + *n);
       *start = s;
       *n += e.n;
@@ -276,6 +296,7 @@ void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
       ++i;
     }
   }
+  return owner;
 }
 
 std::size_t ReuseCache::allowed(std::size_t held) const {
@@ -294,7 +315,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
   std::uint64_t now = deps_.now_ns();
   lock();
   account_time(now);
-  join_neighbours(&start, &n);
+  const std::uint32_t owner = join_neighbours(&start, &n);
   // Make room: a slot, then bytes, oldest first (possibly the front of the
   // block just joined, if it alone is past the cap).
   if (count_ == kSlots) {
@@ -304,7 +325,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
     remove_at(o);
   }
   const bool was_empty = bytes_held_ == 0;
-  entries_[count_++] = Entry{start, n, freed_ns != 0 ? freed_ns : now, kUnmeasured, ++gen_};
+  entries_[count_++] = Entry{start, n, freed_ns != 0 ? freed_ns : now, kUnmeasured, ++gen_, owner};
   bytes_held_ += Extent::bytes_of(n);
   if (std::size_t most = allowed(bytes_held_); bytes_held_ > most)
     nev += trim_oldest(bytes_held_ - most, evicted + nev, why + nev, most < cap_ ? Reason::limit : Reason::room);
@@ -317,27 +338,41 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
 
 // The smallest entry of at least `need` granules aligned as asked, the most
 // recently freed of equals (its pages are the likeliest still in cache);
-// -1 if none. Under mu_.
-int ReuseCache::best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g) const {
+// -1 if none. Entries kept for another thread than `who` are passed over
+// unless who is kAnyone. Under mu_.
+int ReuseCache::best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t who,
+                         bool largest) const {
   int best = -1;
   for (int i = 0; i < count_; ++i) {
     const Entry& e = entries_[i];
     if (e.n < need) continue;
+    if (who != kAnyone && e.owner != 0 && e.owner != who) continue;
     std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(arena_.addr(e.start + skew_g));
     if (align_g > 1 && addr % (std::uintptr_t{align_g} * G) != 0) continue;
-    if (best < 0 || e.n < entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns))
+    if (best < 0 || (largest ? e.n > entries_[best].n : e.n < entries_[best].n) ||
+        (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns))
       best = i;
   }
   return best;
 }
 
 std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
-                               std::uint32_t* got) {
+                               std::uint32_t* got, std::uint32_t prefer) {
   const std::uint64_t now = deps_.now_ns();
   note_request(now);
   if (cached_bytes() == 0) return Arena::kNone;
+  const std::uint32_t who = self();
   lock();
-  int best = best_fit(need, align_g, skew_g);
+  int best = prefer > need ? best_fit(prefer, align_g, skew_g, who) : -1;
+  if (best < 0) best = best_fit(need, align_g, skew_g, who, prefer > need);
+  // None but another thread's rests fit: the back of one, so that its
+  // block still grows into the front (an alignment is met only at an
+  // entry's start, so an aligned request takes the front, as before).
+  bool back = false;
+  if (best < 0 && who != 0) {
+    best = best_fit(need, align_g, skew_g, kAnyone);
+    back = best >= 0 && align_g <= 1 && skew_g == 0 && entries_[best].owner != 0;
+  }
   std::uint32_t s = Arena::kNone;
   std::size_t fault = 0;
   if (best >= 0) {
@@ -347,7 +382,9 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
     std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
     *got = want < entries_[best].n ? want : entries_[best].n;
     fault = hand_fault(entries_[best], *got);
-    s = cut(best, want);
+    note_drawn(now, Extent::bytes_of(*got));
+    // The back only where a front is left (else the entry goes whole).
+    s = back && *got < entries_[best].n ? cut_back(best, *got) : cut(best, want, who);
   }
   unlock();
   if (fault != 0) evict_for(fault, 0);
@@ -372,12 +409,20 @@ std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least,
   if (cached_bytes() == 0) return Arena::kNone;
   auto& self = const_cast<ReuseCache&>(*this);
   self.lock();
+  // Another thread's rest only if nothing else will do: taken whole, it
+  // would stop that thread's block growing in place (ReuseCache::take).
+  const std::uint32_t who = this->self();
   int best = -1;
+  bool foreign = true;
   for (int i = 0; i < count_; ++i) {
     const Entry& e = entries_[i];
     if (e.n < least || e.n >= need) continue;
-    if (best < 0 || e.n > entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns))
+    const bool f = e.owner != 0 && e.owner != who;
+    if (best < 0 || (foreign && !f) ||
+        (f == foreign && (e.n > entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns)))) {
       best = i;
+      foreign = f;
+    }
   }
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
@@ -401,6 +446,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
   if (cached_bytes() == 0) return false;
   bool ok = false;
   std::size_t fault = 0;
+  const std::uint32_t who = self();
   lock();
   for (int i = 0; i < count_; ++i) {
     if (entries_[i].start == at) {
@@ -410,9 +456,10 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
         if (as_reuse) {
           note_reuse(now, age_ns(now, entries_[i].freed_ns));
           note_request(now);  // a realloc growing into the cache asks too
+          note_drawn(now, Extent::bytes_of(n));
         }
         fault = hand_fault(entries_[i], n);
-        cut(i, n);
+        cut(i, n, who);  // the rest is still right behind the grown block
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         // On trial: out of the cache, counted as coming back until
         // end_trial (before the lock goes: settle's invariant).
@@ -507,9 +554,37 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   const std::size_t want_cost = want / kFracOne * frac + ((want % kFracOne) * frac + kFracOne - 1) / kFracOne;
   lock();
   account_time(now);
-  int n = want_cost < kMissSlack ? trim_to_cost(kMissSlack - want_cost, out, why) : trim_to_cost(0, out, why);
+  // Kept: the slack, or while the process draws on the cache (a round of
+  // buffers built from the last one's, by several threads whose blocks
+  // outgrow the cached ones), up to what it drew lately, less the fault:
+  // RSS then stays flat across the miss instead of dropping what the next
+  // takes would use. Before, every miss cut the cache to the slack, and in
+  // seed-4t one block outgrowing every cached extent gave back ~100 MiB
+  // the other threads' next buffers faulted in again.
+  std::size_t most = want_cost < kMissSlack ? kMissSlack - want_cost : 0;
+  std::size_t cost = 0;
+  for (int i = 0; i < count_; ++i) cost += cost_of(entries_[i]);
+  std::size_t keep = drawn(now);
+  if (keep > cost) keep = cost;
+  if (keep > want_cost && keep - want_cost > most) most = keep - want_cost;
+  int n = trim_to_cost(most, out, why);
   unlock_giving(out, n);
   give_back(out, why, n);
+}
+
+void ReuseCache::note_drawn(std::uint64_t now, std::size_t bytes) {
+  if (age_ns(now, drawn_.since) >= decay_ns_) {
+    drawn_.before = age_ns(now, drawn_.since) < 2 * decay_ns_ ? drawn_.now : 0;
+    drawn_.now = 0;
+    drawn_.since = now;
+  }
+  drawn_.now += bytes;
+}
+
+std::size_t ReuseCache::drawn(std::uint64_t now) const {
+  const std::uint64_t age = age_ns(now, drawn_.since);
+  if (age >= 2 * decay_ns_) return 0;
+  return drawn_.now + (age < decay_ns_ ? drawn_.before : 0);
 }
 
 std::size_t ReuseCache::cost_of(const Entry& e) {
@@ -662,7 +737,8 @@ void wake_decay() {
 }
 
 constexpr Deps kProductionDeps{&pal::now_ns,       &pal::decommit,       &returned_to_os, &limit::cache_room,
-                               &wake_decay,        &pal::drop_writable,  &pal::resident_bytes};
+                               &wake_decay,        &pal::drop_writable,  &pal::resident_bytes,
+                               &current_tid};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};

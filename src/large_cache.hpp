@@ -58,6 +58,11 @@ struct Deps {
   // what a cached block really costs. May be null (every block counts its
   // whole length, as the unit tests' default fakes do).
   std::size_t (*resident)(const void* p, std::size_t len) = nullptr;
+  // Who is asking (the calling thread's id, never 0): the rest of a cached
+  // extent cut for one thread's block stays cached behind that block, kept
+  // for its growth (ReuseCache::take). May be null: no rest is kept for
+  // anyone, as before.
+  std::uint32_t (*self)() = nullptr;
 };
 
 // The largest value recorded in this period and the one before (a period
@@ -166,8 +171,15 @@ class ReuseCache {
   // block being grown by realloc, so the growth steps that follow land in
   // place) and the rest stays cached, committed, with its age: any mix of
   // sizes reuses warm pages. *got is the length handed out.
+  // The rest is kept for the thread the block was cut for (Entry::owner):
+  // other threads' takes pass over it while another extent fits, and where
+  // none does they cut the back of it, so that the block in front still
+  // grows in place. Threads building buffers at once (seed-4t) otherwise
+  // took each other's rests, blocked each other's growth and moved.
+  // prefer (> need): the granules the block is expected to grow to; an
+  // extent that long is looked for first, cut the same way.
   std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
-                     std::uint32_t* got);
+                     std::uint32_t* got, std::uint32_t prefer = 0);
 
   // A miss (no cached extent of `need` granules): the largest cached extent
   // of at least `least` granules (and fewer than `need`), left in place: its
@@ -296,6 +308,9 @@ class ReuseCache {
     // the entry it was taken of (a block taken, written and cached again
     // at the same place, with its old age, is another entry).
     std::uint32_t gen = 0;
+    // The thread (Deps::self) whose block, cut from this extent's front,
+    // sits right in front of it and may grow into it; 0: none known.
+    std::uint32_t owner = 0;
   };
   struct Ghost {
     std::uint64_t bytes = 0, freed_ns = 0;
@@ -310,7 +325,8 @@ class ReuseCache {
   void note_reuse(std::uint64_t now, std::uint64_t age);  // under mu_
   void note_request(std::uint64_t now);                   // lock-free
   void account_time(std::uint64_t now);                   // under mu_, before bytes_held_ changes
-  std::uint32_t cut(int i, std::uint32_t want);
+  std::uint32_t cut(int i, std::uint32_t want, std::uint32_t who);
+  std::uint32_t cut_back(int i, std::uint32_t want);
   Entry split_front(Entry& e, std::uint32_t k);
   int oldest() const;
   int trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why);
@@ -318,8 +334,10 @@ class ReuseCache {
   static std::size_t hand_fault(const Entry& e, std::uint32_t handed);
   void measure_entries();
   int trim_to_cost(std::size_t most, Entry* out, Reason* why_out);
-  void join_neighbours(std::uint32_t* start, std::uint32_t* n);
-  int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g) const;
+  std::uint32_t join_neighbours(std::uint32_t* start, std::uint32_t* n);
+  int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t who,
+               bool largest = false) const;
+  std::uint32_t self() const { return deps_.self != nullptr ? deps_.self() : 0; }
 
   Arena& arena_;
   const Deps& deps_;
@@ -343,12 +361,23 @@ class ReuseCache {
   // two requests (lock-free), read by keep_age.
   RecentMax reuse_age_;
   static constexpr std::uint64_t kNoRequest = UINT64_MAX;
+  // best_fit's `who` that passes over no entry (no thread has this id).
+  static constexpr std::uint32_t kAnyone = UINT32_MAX;
   std::atomic<std::uint64_t> last_request_ns_{kNoRequest};
   RecentMax request_gap_;
   // The largest resident fraction (kFracOne units, + 1) of the entries
   // measured in the last two decay periods: how much of a fresh block the
   // process is likely to write (evict_for).
   RecentMax resident_frac_;
+  // Bytes take and take_at handed out in this decay period and the one
+  // before (under mu_): how much of the cache the process is drawing on.
+  // A miss keeps up to that much cached (evict_for).
+  struct Drawn {
+    std::uint64_t since = 0;
+    std::size_t now = 0, before = 0;
+  } drawn_;
+  void note_drawn(std::uint64_t now, std::size_t bytes);  // under mu_
+  std::size_t drawn(std::uint64_t now) const;             // under mu_
   Ghost ghosts_[kGhosts] = {};  // under mu_
   int next_ghost_ = 0;          // under mu_
   std::atomic<bool> have_ghosts_{false};

@@ -104,7 +104,8 @@ Result LargePath::plan(std::size_t size, std::size_t align, Plan* pl) const {
 // follow grow into it): pl->bytes becomes its length.
 Extent LargePath::take_cached(Plan* pl, bool for_growth) {
   std::uint32_t got = 0;
-  std::uint32_t s = cache_.take(pl->need, pl->align_g, pl->skew, for_growth, &got);
+  std::uint32_t s = cache_.take(pl->need, pl->align_g, pl->skew, for_growth, &got,
+                                for_growth ? grown_g_.load(std::memory_order_relaxed) : 0);
   if (s == Arena::kNone) return Extent{};
   if (for_growth) pl->bytes = Extent::bytes_of(got);
   return Extent{s, Extent::granules_of(pl->bytes)};
@@ -314,10 +315,16 @@ void LargePath::release(void* p, const char* what) {
   stats::add(st, stats::large_unmaps, 1);
   stats::add(st, stats::large_freed, usable);
   stats::large_live_sub(usable);
+  if (header_of(p)->origin == Origin::realloc) note_grown(e.n);
   sites::released(header_of(p), p, usable);
   if (cache_.put(e.start, e.n)) stats::add(st, stats::large_cached_frees, 1);
   else return_to_os(e, st, stats::large_released_free);
   cache_.purge(false);
+}
+
+void LargePath::note_grown(std::uint32_t n) {
+  const std::uint32_t g = grown_g_.load(std::memory_order_relaxed);
+  grown_g_.store(n >= g ? n : g - (g - n + 7) / 8, std::memory_order_relaxed);
 }
 
 // The extent of the live block at p; aborts on an invalid pointer.
@@ -511,7 +518,7 @@ bool LargePath::grow_in_place(Change& c) {
 Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
   const std::uint32_t huge_g = wants_huge(c.bytes) ? kHugeGranules : 1;
   std::uint32_t got = 0;  // c.need: a take not for growth is cut to the need
-  std::uint32_t ns = cache_.take(c.need, huge_g, 0, false, &got);
+  std::uint32_t ns = cache_.take(c.need, huge_g, 0, false, &got, grown_g_.load(std::memory_order_relaxed));
   *warm = ns != Arena::kNone;
   if (*warm) {
     stats::add(c.st, stats::large_grown_into_cache, 1);

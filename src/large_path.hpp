@@ -94,6 +94,14 @@ class LargePath {
   // Set once mremap refused to move a cached block into a miss's block
   // (commit_warm): from then on misses only grow cached blocks in place.
   std::atomic<bool> moves_refused_{false};
+  // How large blocks grown by realloc have lately ended up, in granules: a
+  // max that drifts down by an eighth of the gap at each smaller one freed
+  // (note_grown). A block starting to grow, or moving as it grows, looks
+  // for a cached extent this long first (ReuseCache::take's prefer), so
+  // that it does not outgrow the extent and move again, dropping the warm
+  // pages under its moved front. A hint: racy updates only blur it.
+  std::atomic<std::uint32_t> grown_g_{0};
+  void note_grown(std::uint32_t n);
 };
 
 }  // namespace large

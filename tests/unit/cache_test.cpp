@@ -239,6 +239,135 @@ TEST_CASE("cache: a take for growth gets up to 4x, take_at grows a block into th
   CHECK(r.c.check() == nullptr);
 }
 
+namespace {
+std::uint32_t fake_self = 0;
+std::uint32_t fake_who() { return fake_self; }
+constexpr Deps kSelfDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, nullptr, nullptr, nullptr, &fake_who};
+}  // namespace
+
+// The rest of an extent cut for one thread's block is that block's room to
+// grow: another thread takes another extent that fits, even a larger one,
+// and where none does, the back of the rest (seed-4t's threads otherwise
+// blocked each other's growth: docs/benchmarks.md "Threads growing buffers").
+TEST_CASE("cache: the rest behind a thread's block is kept for it; others take elsewhere, or its back") {
+  Rig r(256 * G, kDecay, kSelfDeps);
+  Extent x = r.used(16), y = r.used(24);
+  REQUIRE(r.put(x));
+  REQUIRE(r.put(y));
+  std::uint32_t got = 0;
+  fake_self = 1;
+  CHECK(r.c.take(2, 1, 0, true, &got) == x.start);  // the smallest that fits
+  CHECK(got == 8);
+  r.live.push_back(Extent{x.start, 8});
+  fake_self = 2;
+  CHECK(r.c.take(2, 1, 0, false, &got) == y.start);  // not x's rest, the best fit
+  r.live.push_back(Extent{y.start, 2});
+  fake_self = 3;
+  // Only rests kept for others are left: the back of the best fit (x's
+  // rest, 8 granules); its front stays behind thread 1's block.
+  CHECK(r.c.take(4, 1, 0, false, &got) == x.start + 12);
+  CHECK(got == 4);
+  r.live.push_back(Extent{x.start + 12, 4});
+  CHECK(r.c.check() == nullptr);
+  fake_self = 1;
+  CHECK(r.c.take_at(x.start + 8, 4));  // thread 1's block still grows in place
+  r.a.join(x.start, 8, 12);
+  for (Extent& e : r.live)
+    if (e.start == x.start) e.n = 12;
+  // A thread takes its own rest like any other extent.
+  fake_self = 2;
+  CHECK(r.c.take(20, 1, 0, false, &got) == y.start + 2);
+  r.live.push_back(Extent{y.start + 2, 20});
+  CHECK(r.c.cached_bytes() == 2 * G);
+  CHECK(r.c.check() == nullptr);
+  fake_self = 0;
+}
+
+TEST_CASE("cache: a block freed in front of its rest joins it, and the whole is nobody's") {
+  Rig r(256 * G, kDecay, kSelfDeps);
+  Extent x = r.used(16), y = r.used(24);
+  REQUIRE(r.put(x));
+  REQUIRE(r.put(y));
+  std::uint32_t got = 0;
+  fake_self = 1;
+  REQUIRE(r.c.take(2, 1, 0, true, &got) == x.start);
+  REQUIRE(r.c.put(x.start, 8));  // freed: joins its rest
+  CHECK(r.c.entries() == 2);
+  fake_self = 2;
+  CHECK(r.c.take(2, 1, 0, false, &got) == x.start);  // the best fit again
+  r.live.push_back(Extent{x.start, 2});
+  CHECK(r.c.check() == nullptr);
+  fake_self = 0;
+}
+
+TEST_CASE("cache: a miss tops up from another thread's rest only when nothing else is large enough") {
+  Rig r(256 * G, kDecay, kSelfDeps);
+  Extent x = r.used(40), y = r.used(20);
+  REQUIRE(r.put(x));
+  REQUIRE(r.put(y));
+  std::uint32_t got = 0, n = 0;
+  std::uint64_t freed = 0;
+  fake_self = 1;
+  REQUIRE(r.c.take(20, 1, 0, false, &got, 40) == x.start);  // x's rest: 20, thread 1's
+  r.live.push_back(Extent{x.start, 20});
+  fake_self = 2;
+  CHECK(r.c.largest_below(64, 16, &n, &freed) == y.start);  // not the rest, as large
+  CHECK(n == 20);
+  CHECK(r.c.largest_below(64, 21, &n, &freed) == Arena::kNone);
+  std::uint32_t got_y = 0;
+  REQUIRE(r.c.take(20, 1, 0, false, &got_y) == y.start);
+  r.live.push_back(Extent{y.start, 20});
+  CHECK(r.c.largest_below(64, 16, &n, &freed) == x.start + 20);  // nothing else left
+  fake_self = 1;
+  CHECK(r.c.largest_below(64, 16, &n, &freed) == x.start + 20);
+  CHECK(r.c.check() == nullptr);
+  fake_self = 0;
+}
+
+// A block starting to grow (or moving as it grows) looks first for an
+// extent as long as blocks grown lately became, and failing that takes the
+// largest that fits, not the smallest it would soon outgrow.
+TEST_CASE("cache: prefer picks an extent that long, else the largest; without it the smallest") {
+  Rig r(256 * G);
+  Extent a = r.used(10), b = r.used(40), c = r.used(60);
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(c));
+  std::uint32_t got = 0;
+  CHECK(r.c.take(2, 1, 0, true, &got, 30) == b.start);
+  CHECK(got == 8);
+  r.live.push_back(Extent{b.start, 8});
+  CHECK(r.c.take(2, 1, 0, true, &got, 70) == c.start);
+  r.live.push_back(Extent{c.start, 8});
+  CHECK(r.c.take(2, 1, 0, true, &got) == a.start);
+  r.live.push_back(Extent{a.start, 8});
+  CHECK(r.c.check() == nullptr);
+}
+
+// A miss keeps what the process drew from the cache in the last one or two
+// decay periods, less the fault (RSS flat across the miss); with nothing
+// drawn it trims to the slack, as before.
+TEST_CASE("cache: a miss keeps what was drawn lately less the fault, else the slack less the fault") {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  Rig r(std::size_t{256} << 20);
+  Extent a = r.used(320), b = r.used(320), c = r.used(160);  // 20, 20 and 10 MiB
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(c));
+  fake_now = 10;
+  std::uint32_t got = 0;
+  REQUIRE(r.c.take(160, 1, 0, false, &got) == c.start);
+  r.live.push_back(c);
+  REQUIRE(r.c.cached_bytes() == 40 * MiB);
+  r.c.evict_for(MiB);
+  CHECK(r.c.cached_bytes() == 9 * MiB);
+  // Two decay periods without a take: the slack.
+  fake_now = 10 + 2 * kDecay;
+  r.c.evict_for(MiB);
+  CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - MiB);
+  CHECK(r.c.check() == nullptr);
+}
+
 TEST_CASE("cache: an aligned take skips entries not aligned as asked") {
   Rig r(std::size_t{64} << 20);
   // 32-granule alignment (2 MiB): an extent starting one granule past such
@@ -718,8 +847,9 @@ TEST_CASE("cache: a measure is stored only on the entry it was taken of") {
   // A 1 MiB miss measures a as it was (sparse) while it is rewritten: the
   // entry there now (written in full) is not measured, nor the fraction
   // learnt from it, so it counts its length and the fault its own: the cache
-  // keeps the slack less the fault (the stale measure would keep 10 MiB).
+  // keeps what the process drew from it lately (the race's take, 10 MiB)
+  // less the fault (the stale measure would keep all 10 MiB).
   r.c.evict_for(std::size_t{1} << 20);
-  CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - (std::size_t{1} << 20));
+  CHECK(r.c.cached_bytes() == a.bytes() - (std::size_t{1} << 20));
   CHECK(r.c.check() == nullptr);
 }

@@ -644,6 +644,30 @@ TEST_CASE("large path: a move into a cached block takes only what it needs, and 
   r.path.release(blocker, "test");
 }
 
+// A block freed after growing by realloc teaches how large such blocks get;
+// the next one to start growing takes a cached block that long rather than
+// the smallest that fits, which it would outgrow and leave by a move.
+TEST_CASE("large path: a block starting to grow takes a cached block as long as the last grown one") {
+  NoHugePages nh;
+  Rig r(std::size_t{64} << 20);
+  void* small = r.alloc(448 << 10);
+  void* b1 = r.alloc(64 << 10);
+  void* grown = r.alloc(std::size_t{2} << 20, 16, Origin::realloc);
+  void* b2 = r.alloc(64 << 10);
+  r.path.release(small, "test");
+  r.path.release(grown, "test");
+  // The best fit for 192 KiB is the 448 KiB block; the hint is 2 MiB.
+  void* p = r.alloc(192 << 10, 16, Origin::realloc);
+  CHECK(p == grown);
+  void* q = r.alloc(192 << 10, 16, Origin::malloc);  // no hint: the best fit
+  CHECK(q == small);
+  CHECK(r.cache.check() == nullptr);
+  r.path.release(p, "test");
+  r.path.release(q, "test");
+  r.path.release(b1, "test");
+  r.path.release(b2, "test");
+}
+
 // A miss (nothing cached fits) that a smaller cached block can half serve:
 // its pages become the new block's front, only the rest is committed.
 TEST_CASE("large path: a miss takes a smaller cached block's pages") {
