@@ -315,6 +315,8 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
   std::uint64_t now = deps_.now_ns();
   lock();
   account_time(now);
+  // A free (not a block back from a trial, which was never counted drawn).
+  if (freed_ns == 0) note_drawn(now, 0, len);
   const std::uint32_t owner = join_neighbours(&start, &n);
   // Make room: a slot, then bytes, oldest first (possibly the front of the
   // block just joined, if it alone is past the cap).
@@ -379,10 +381,12 @@ std::uint32_t ReuseCache::take(std::uint32_t need, std::uint32_t align_g, std::u
     last_take_ns_.store(now, std::memory_order_relaxed);
     account_time(now);
     note_reuse(now, age_ns(now, entries_[best].freed_ns));
-    std::uint32_t want = for_growth ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
+    // A back cut hands out the need only: more would eat the room of the
+    // block in front.
+    std::uint32_t want = for_growth && !back ? (need <= UINT32_MAX / 4 ? need * 4 : need) : need;
     *got = want < entries_[best].n ? want : entries_[best].n;
     fault = hand_fault(entries_[best], *got);
-    note_drawn(now, Extent::bytes_of(*got));
+    note_drawn(now, Extent::bytes_of(*got), 0);
     // The back only where a front is left (else the entry goes whole).
     s = back && *got < entries_[best].n ? cut_back(best, *got) : cut(best, want, who);
   }
@@ -456,7 +460,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
         if (as_reuse) {
           note_reuse(now, age_ns(now, entries_[i].freed_ns));
           note_request(now);  // a realloc growing into the cache asks too
-          note_drawn(now, Extent::bytes_of(n));
+          note_drawn(now, Extent::bytes_of(n), 0);
         }
         fault = hand_fault(entries_[i], n);
         cut(i, n, who);  // the rest is still right behind the grown block
@@ -572,13 +576,18 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   give_back(out, why, n);
 }
 
-void ReuseCache::note_drawn(std::uint64_t now, std::size_t bytes) {
+void ReuseCache::note_drawn(std::uint64_t now, std::size_t out, std::size_t in) {
   if (age_ns(now, drawn_.since) >= decay_ns_) {
     drawn_.before = age_ns(now, drawn_.since) < 2 * decay_ns_ ? drawn_.now : 0;
     drawn_.now = 0;
     drawn_.since = now;
   }
-  drawn_.now += bytes;
+  drawn_.now += out;
+  // A free makes up for takes of this period first, then of the one before.
+  const std::size_t here = in < drawn_.now ? in : drawn_.now;
+  drawn_.now -= here;
+  in -= here;
+  drawn_.before -= in < drawn_.before ? in : drawn_.before;
 }
 
 std::size_t ReuseCache::drawn(std::uint64_t now) const {

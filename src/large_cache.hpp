@@ -102,7 +102,8 @@ class ReuseCache {
   // A miss may fault fresh pages while the cache still holds this much
   // resident memory: a few blocks of a loop whose sizes vary stay warm
   // instead of being given back at every miss (see evict_for). Bounds what
-  // reuse adds to the peak.
+  // a miss adds to what the process holds (more stays cached only while the
+  // process draws that much from the cache).
   static constexpr std::size_t kMissSlack = std::size_t{8} << 20;
   // A cached entry's resident bytes not yet measured (Entry::res).
   static constexpr std::size_t kUnmeasured = SIZE_MAX;
@@ -167,17 +168,20 @@ class ReuseCache {
 
   // A cached extent for a block of `need` granules whose start granule + skew
   // is aligned to align_g granules; kNone if none. The smallest cached extent
-  // that fits is cut: its first `need` granules are handed out (4 * need for a
+  // that fits (see prefer) is cut: its first `need` granules are handed out (4 * need for a
   // block being grown by realloc, so the growth steps that follow land in
   // place) and the rest stays cached, committed, with its age: any mix of
   // sizes reuses warm pages. *got is the length handed out.
   // The rest is kept for the thread the block was cut for (Entry::owner):
   // other threads' takes pass over it while another extent fits, and where
-  // none does they cut the back of it, so that the block in front still
-  // grows in place. Threads building buffers at once (seed-4t) otherwise
-  // took each other's rests, blocked each other's growth and moved.
-  // prefer (> need): the granules the block is expected to grow to; an
-  // extent that long is looked for first, cut the same way.
+  // none does they cut `need` off the back of it, so that the block in front
+  // still grows in place (an aligned request takes the front, as an
+  // alignment is met only at an entry's start). Threads building buffers
+  // at once (seed-4t) otherwise took each other's rests, blocked each
+  // other's growth and moved.
+  // prefer (> need): the granules the block is expected to grow to; the
+  // smallest extent that long is looked for first, else the largest that
+  // fits (not the smallest, which the block would soon outgrow).
   std::uint32_t take(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, bool for_growth,
                      std::uint32_t* got, std::uint32_t prefer = 0);
 
@@ -240,7 +244,10 @@ class ReuseCache {
 
   // A request the cache could not serve is about to fault `bytes` fresh:
   // return, oldest first, what the cache holds beyond kMissSlack after that
-  // fault, so the cache adds at most the slack to the peak. request: the
+  // fault, or, while the process draws on the cache (takes less puts in the
+  // last one or two decay periods, `drawn`), beyond that draw less the
+  // fault: either way a miss does not add to what the process holds by
+  // more than the slack. request: the
   // size of the miss, matched against blocks given back early (0: already
   // matched for this miss).
   // Counted in resident bytes where Deps::resident says (entries measured
@@ -295,6 +302,9 @@ class ReuseCache {
     // The forking thread's only (another thread's give-back does not go on
     // in the child; its run stays used there).
     in_flight_.store(0, std::memory_order_relaxed);
+    // Thread ids change in the child (its one thread's too): a rest kept
+    // for a parent's thread would be passed over by everyone there.
+    for (int i = 0; i < count_; ++i) entries_[i].owner = 0;
   }
 
  private:
@@ -369,14 +379,16 @@ class ReuseCache {
   // measured in the last two decay periods: how much of a fresh block the
   // process is likely to write (evict_for).
   RecentMax resident_frac_;
-  // Bytes take and take_at handed out in this decay period and the one
-  // before (under mu_): how much of the cache the process is drawing on.
-  // A miss keeps up to that much cached (evict_for).
+  // Bytes take and take_at handed out less the bytes freed into the cache
+  // (never below 0), in this decay period and the one before (under mu_):
+  // how much of the cache the process is drawing down, not its turnover (a
+  // block taken and freed again and again draws nothing). A miss keeps up
+  // to that much cached (evict_for).
   struct Drawn {
     std::uint64_t since = 0;
     std::size_t now = 0, before = 0;
   } drawn_;
-  void note_drawn(std::uint64_t now, std::size_t bytes);  // under mu_
+  void note_drawn(std::uint64_t now, std::size_t out, std::size_t in);  // under mu_
   std::size_t drawn(std::uint64_t now) const;             // under mu_
   Ghost ghosts_[kGhosts] = {};  // under mu_
   int next_ghost_ = 0;          // under mu_

@@ -302,7 +302,7 @@ TEST_CASE("cache: a block freed in front of its rest joins it, and the whole is 
 
 TEST_CASE("cache: a miss tops up from another thread's rest only when nothing else is large enough") {
   Rig r(256 * G, kDecay, kSelfDeps);
-  Extent x = r.used(40), y = r.used(20);
+  Extent x = r.used(40), y = r.used(18);
   REQUIRE(r.put(x));
   REQUIRE(r.put(y));
   std::uint32_t got = 0, n = 0;
@@ -311,17 +311,77 @@ TEST_CASE("cache: a miss tops up from another thread's rest only when nothing el
   REQUIRE(r.c.take(20, 1, 0, false, &got, 40) == x.start);  // x's rest: 20, thread 1's
   r.live.push_back(Extent{x.start, 20});
   fake_self = 2;
-  CHECK(r.c.largest_below(64, 16, &n, &freed) == y.start);  // not the rest, as large
-  CHECK(n == 20);
-  CHECK(r.c.largest_below(64, 21, &n, &freed) == Arena::kNone);
+  CHECK(r.c.largest_below(64, 16, &n, &freed) == y.start);  // smaller, but not the rest
+  CHECK(n == 18);
+  CHECK(r.c.largest_below(64, 19, &n, &freed) == x.start + 20);  // only the rest is that large
   std::uint32_t got_y = 0;
-  REQUIRE(r.c.take(20, 1, 0, false, &got_y) == y.start);
-  r.live.push_back(Extent{y.start, 20});
+  REQUIRE(r.c.take(18, 1, 0, false, &got_y) == y.start);
+  r.live.push_back(Extent{y.start, 18});
   CHECK(r.c.largest_below(64, 16, &n, &freed) == x.start + 20);  // nothing else left
   fake_self = 1;
   CHECK(r.c.largest_below(64, 16, &n, &freed) == x.start + 20);
   CHECK(r.c.check() == nullptr);
   fake_self = 0;
+}
+
+TEST_CASE("cache: a growth take from the back of another thread's rest gets its need only") {
+  Rig r(256 * G, kDecay, kSelfDeps);
+  Extent x = r.used(64);
+  REQUIRE(r.put(x));
+  std::uint32_t got = 0;
+  fake_self = 1;
+  REQUIRE(r.c.take(8, 1, 0, true, &got) == x.start);
+  REQUIRE(got == 32);
+  r.live.push_back(Extent{x.start, 32});
+  fake_self = 2;
+  CHECK(r.c.take(4, 1, 0, true, &got) == x.start + 60);  // 4, not 16
+  CHECK(got == 4);
+  r.live.push_back(Extent{x.start + 60, 4});
+  CHECK(r.c.cached_bytes() == 28 * G);
+  fake_self = 1;
+  CHECK(r.c.take_at(x.start + 32, 28));
+  r.a.join(x.start, 32, 60);
+  for (Extent& e : r.live)
+    if (e.start == x.start) e.n = 60;
+  CHECK(r.c.check() == nullptr);
+  fake_self = 0;
+}
+
+TEST_CASE("cache: in a fork child no rest is kept for anyone") {
+  Rig r(256 * G, kDecay, kSelfDeps);
+  Extent x = r.used(16), y = r.used(24);
+  REQUIRE(r.put(x));
+  REQUIRE(r.put(y));
+  std::uint32_t got = 0;
+  fake_self = 1;
+  REQUIRE(r.c.take(2, 1, 0, true, &got) == x.start);
+  r.live.push_back(Extent{x.start, 8});
+  r.c.reset_after_fork();
+  fake_self = 2;  // the child's thread
+  CHECK(r.c.take(2, 1, 0, false, &got) == x.start + 8);  // the best fit, x's rest
+  r.live.push_back(Extent{x.start + 8, 2});
+  CHECK(r.c.check() == nullptr);
+  fake_self = 0;
+}
+
+// A block taken and freed again and again draws nothing from the cache:
+// a miss after such a loop trims to the slack as before.
+TEST_CASE("cache: a block reused in a loop does not count as drawn: a miss trims to the slack") {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  Rig r(std::size_t{256} << 20);
+  Extent a = r.used(320), b = r.used(320), hot = r.used(16);  // 20, 20 and 1 MiB
+  REQUIRE(r.put(a));
+  REQUIRE(r.put(b));
+  REQUIRE(r.put(hot));
+  std::uint32_t got = 0;
+  for (int i = 0; i < 100; ++i) {
+    fake_now = 10 + static_cast<std::uint64_t>(i);
+    REQUIRE(r.c.take(16, 1, 0, false, &got) == hot.start);
+    REQUIRE(r.put(hot));
+  }
+  r.c.evict_for(4 * MiB);
+  CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - 4 * MiB);
+  CHECK(r.c.check() == nullptr);
 }
 
 // A block starting to grow (or moving as it grows) looks first for an
@@ -847,9 +907,9 @@ TEST_CASE("cache: a measure is stored only on the entry it was taken of") {
   // A 1 MiB miss measures a as it was (sparse) while it is rewritten: the
   // entry there now (written in full) is not measured, nor the fraction
   // learnt from it, so it counts its length and the fault its own: the cache
-  // keeps what the process drew from it lately (the race's take, 10 MiB)
-  // less the fault (the stale measure would keep all 10 MiB).
+  // keeps the slack less the fault (the stale measure would keep 10 MiB;
+  // the race's take and free draw nothing from the cache in all).
   r.c.evict_for(std::size_t{1} << 20);
-  CHECK(r.c.cached_bytes() == a.bytes() - (std::size_t{1} << 20));
+  CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - (std::size_t{1} << 20));
   CHECK(r.c.check() == nullptr);
 }
