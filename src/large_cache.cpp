@@ -209,9 +209,15 @@ ReuseCache::Entry ReuseCache::split_front(Entry& e, std::uint32_t k) {
   e.start += k;
   e.n -= k;
   e.owner = 0;  // no block is right in front of it now (a cut says whose is)
+  handed_out(e, k);
+  return front;
+}
+
+// k granules of entry e (already shortened to what stays) left the cache:
+// the bytes held, and e's resident bound no larger than what is left. Under mu_.
+void ReuseCache::handed_out(Entry& e, std::uint32_t k) {
   bytes_held_ -= Extent::bytes_of(k);
   if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
-  return front;
 }
 
 // Hand out the first `want` granules of entry i (all of it if it has no
@@ -237,8 +243,7 @@ std::uint32_t ReuseCache::cut_back(int i, std::uint32_t want) {
   const std::uint32_t keep = e.n - want;
   arena_.split(e.start, e.n, keep);
   e.n = keep;
-  bytes_held_ -= Extent::bytes_of(want);
-  if (e.res != kUnmeasured && e.res > Extent::bytes_of(e.n)) e.res = Extent::bytes_of(e.n);
+  handed_out(e, want);
   recompute_oldest();
   return e.start + keep;
 }
@@ -416,17 +421,19 @@ std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least,
   // Another thread's rest only if nothing else will do: taken whole, it
   // would stop that thread's block growing in place (ReuseCache::take).
   const std::uint32_t who = this->self();
+  // Ranked: not another thread's first, then longer, then freed later.
   int best = -1;
   bool foreign = true;
   for (int i = 0; i < count_; ++i) {
     const Entry& e = entries_[i];
     if (e.n < least || e.n >= need) continue;
     const bool f = e.owner != 0 && e.owner != who;
-    if (best < 0 || (foreign && !f) ||
-        (f == foreign && (e.n > entries_[best].n || (e.n == entries_[best].n && e.freed_ns > entries_[best].freed_ns)))) {
-      best = i;
-      foreign = f;
+    if (best >= 0) {
+      const Entry& b = entries_[best];
+      if (f != foreign ? f : e.n < b.n || (e.n == b.n && e.freed_ns <= b.freed_ns)) continue;
     }
+    best = i;
+    foreign = f;
   }
   std::uint32_t s = Arena::kNone;
   if (best >= 0) {
@@ -571,7 +578,7 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   std::size_t keep = drawn(now);
   if (keep > cost) keep = cost;
   if (keep > want_cost && keep - want_cost > most) most = keep - want_cost;
-  int n = trim_to_cost(most, out, why);
+  int n = trim_to_cost(cost, most, out, why);
   unlock_giving(out, n);
   give_back(out, why, n);
 }
@@ -641,9 +648,7 @@ void ReuseCache::measure_entries() {
 // touched only the front is cut when its back, kept, fits in what is left
 // (a dense entry gives back about the excess, as trim_oldest; a sparse one
 // nearly all of it: where its resident pages lie is not known). Under mu_.
-int ReuseCache::trim_to_cost(std::size_t most, Entry* out, Reason* why_out) {
-  std::size_t cost = 0;
-  for (int i = 0; i < count_; ++i) cost += cost_of(entries_[i]);
+int ReuseCache::trim_to_cost(std::size_t cost, std::size_t most, Entry* out, Reason* why_out) {
   int n = 0;
   while (cost > most && count_ > 0) {
     const int o = oldest();

@@ -338,12 +338,14 @@ class ReuseCache {
   std::uint32_t cut(int i, std::uint32_t want, std::uint32_t who);
   std::uint32_t cut_back(int i, std::uint32_t want);
   Entry split_front(Entry& e, std::uint32_t k);
+  void handed_out(Entry& e, std::uint32_t k);
   int oldest() const;
   int trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why);
   static std::size_t cost_of(const Entry& e);
   static std::size_t hand_fault(const Entry& e, std::uint32_t handed);
   void measure_entries();
-  int trim_to_cost(std::size_t most, Entry* out, Reason* why_out);
+  // cost: what the entries cost now (the sum of cost_of), which the caller has.
+  int trim_to_cost(std::size_t cost, std::size_t most, Entry* out, Reason* why_out);
   std::uint32_t join_neighbours(std::uint32_t* start, std::uint32_t* n);
   int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t who,
                bool largest = false) const;

@@ -70,6 +70,13 @@ struct Rig {
     return Extent{s, n};
   }
   bool put(Extent e) { return c.put(e.start, e.n); }
+  // The program's block at `start` grown in place (take_at) from `from` to
+  // `to` granules.
+  void grow_live(std::uint32_t start, std::uint32_t from, std::uint32_t to) {
+    a.join(start, from, to);
+    for (Extent& e : live)
+      if (e.start == start) e.n = to;
+  }
 };
 
 }  // namespace
@@ -243,6 +250,25 @@ namespace {
 std::uint32_t fake_self = 0;
 std::uint32_t fake_who() { return fake_self; }
 constexpr Deps kSelfDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, nullptr, nullptr, nullptr, &fake_who};
+
+// A rig whose cache knows who asks (Deps::self): x (16 granules) and y (24)
+// cached, then thread 1's growing block cut from x's front (8 granules), so
+// x's rest (8) is kept for thread 1. The test decides what becomes of the
+// block (live, or freed).
+struct OwnedRig : Rig {
+  Extent x, y;
+  OwnedRig() : Rig(256 * G, kDecay, kSelfDeps) {
+    x = used(16);
+    y = used(24);
+    REQUIRE(put(x));
+    REQUIRE(put(y));
+    fake_self = 1;
+    std::uint32_t got = 0;
+    REQUIRE(c.take(2, 1, 0, true, &got) == x.start);
+    REQUIRE(got == 8);
+  }
+  ~OwnedRig() { fake_self = 0; }
+};
 }  // namespace
 
 // The rest of an extent cut for one thread's block is that block's room to
@@ -250,15 +276,10 @@ constexpr Deps kSelfDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, n
 // and where none does, the back of the rest (seed-4t's threads otherwise
 // blocked each other's growth: docs/benchmarks.md "Threads growing buffers").
 TEST_CASE("cache: the rest behind a thread's block is kept for it; others take elsewhere, or its back") {
-  Rig r(256 * G, kDecay, kSelfDeps);
-  Extent x = r.used(16), y = r.used(24);
-  REQUIRE(r.put(x));
-  REQUIRE(r.put(y));
-  std::uint32_t got = 0;
-  fake_self = 1;
-  CHECK(r.c.take(2, 1, 0, true, &got) == x.start);  // the smallest that fits
-  CHECK(got == 8);
+  OwnedRig r;
+  const Extent x = r.x, y = r.y;
   r.live.push_back(Extent{x.start, 8});
+  std::uint32_t got = 0;
   fake_self = 2;
   CHECK(r.c.take(2, 1, 0, false, &got) == y.start);  // not x's rest, the best fit
   r.live.push_back(Extent{y.start, 2});
@@ -271,33 +292,25 @@ TEST_CASE("cache: the rest behind a thread's block is kept for it; others take e
   CHECK(r.c.check() == nullptr);
   fake_self = 1;
   CHECK(r.c.take_at(x.start + 8, 4));  // thread 1's block still grows in place
-  r.a.join(x.start, 8, 12);
-  for (Extent& e : r.live)
-    if (e.start == x.start) e.n = 12;
+  r.grow_live(x.start, 8, 12);
   // A thread takes its own rest like any other extent.
   fake_self = 2;
   CHECK(r.c.take(20, 1, 0, false, &got) == y.start + 2);
   r.live.push_back(Extent{y.start + 2, 20});
   CHECK(r.c.cached_bytes() == 2 * G);
   CHECK(r.c.check() == nullptr);
-  fake_self = 0;
 }
 
 TEST_CASE("cache: a block freed in front of its rest joins it, and the whole is nobody's") {
-  Rig r(256 * G, kDecay, kSelfDeps);
-  Extent x = r.used(16), y = r.used(24);
-  REQUIRE(r.put(x));
-  REQUIRE(r.put(y));
-  std::uint32_t got = 0;
-  fake_self = 1;
-  REQUIRE(r.c.take(2, 1, 0, true, &got) == x.start);
+  OwnedRig r;
+  const Extent x = r.x;
   REQUIRE(r.c.put(x.start, 8));  // freed: joins its rest
   CHECK(r.c.entries() == 2);
+  std::uint32_t got = 0;
   fake_self = 2;
   CHECK(r.c.take(2, 1, 0, false, &got) == x.start);  // the best fit again
   r.live.push_back(Extent{x.start, 2});
   CHECK(r.c.check() == nullptr);
-  fake_self = 0;
 }
 
 TEST_CASE("cache: a miss tops up from another thread's rest only when nothing else is large enough") {
@@ -324,6 +337,22 @@ TEST_CASE("cache: a miss tops up from another thread's rest only when nothing el
   fake_self = 0;
 }
 
+TEST_CASE("cache: a miss's top-up ranks other threads' rests last, in any order of the entries") {
+  OwnedRig r;  // x's rest (8) is thread 1's
+  r.live.push_back(Extent{r.x.start, 8});
+  Extent z = r.used(40);
+  REQUIRE(r.put(z));
+  std::uint32_t got = 0, n = 0;
+  std::uint64_t freed = 0;
+  fake_self = 3;
+  REQUIRE(r.c.take(10, 1, 0, false, &got, 40) == z.start);  // z's rest: 30, thread 3's, after y
+  r.live.push_back(Extent{z.start, 10});
+  fake_self = 2;
+  CHECK(r.c.largest_below(64, 8, &n, &freed) == r.y.start);  // y (24), not z's longer rest
+  CHECK(n == 24);
+  CHECK(r.c.check() == nullptr);
+}
+
 TEST_CASE("cache: a growth take from the back of another thread's rest gets its need only") {
   Rig r(256 * G, kDecay, kSelfDeps);
   Extent x = r.used(64);
@@ -340,28 +369,21 @@ TEST_CASE("cache: a growth take from the back of another thread's rest gets its 
   CHECK(r.c.cached_bytes() == 28 * G);
   fake_self = 1;
   CHECK(r.c.take_at(x.start + 32, 28));
-  r.a.join(x.start, 32, 60);
-  for (Extent& e : r.live)
-    if (e.start == x.start) e.n = 60;
+  r.grow_live(x.start, 32, 60);
   CHECK(r.c.check() == nullptr);
   fake_self = 0;
 }
 
 TEST_CASE("cache: in a fork child no rest is kept for anyone") {
-  Rig r(256 * G, kDecay, kSelfDeps);
-  Extent x = r.used(16), y = r.used(24);
-  REQUIRE(r.put(x));
-  REQUIRE(r.put(y));
-  std::uint32_t got = 0;
-  fake_self = 1;
-  REQUIRE(r.c.take(2, 1, 0, true, &got) == x.start);
+  OwnedRig r;
+  const Extent x = r.x;
   r.live.push_back(Extent{x.start, 8});
   r.c.reset_after_fork();
+  std::uint32_t got = 0;
   fake_self = 2;  // the child's thread
   CHECK(r.c.take(2, 1, 0, false, &got) == x.start + 8);  // the best fit, x's rest
   r.live.push_back(Extent{x.start + 8, 2});
   CHECK(r.c.check() == nullptr);
-  fake_self = 0;
 }
 
 // A block taken and freed again and again draws nothing from the cache:
