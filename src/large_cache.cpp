@@ -285,13 +285,12 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
 // by take() grow back whole. Returns whom the joined extent is kept for:
 // the owner of the neighbour in front, if one was joined (its block is
 // still in front of it), else nobody. Under mu_.
-std::uint32_t ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n) {
-  std::uint32_t owner = 0;
+void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n, std::uint32_t* owner) {
   for (int i = 0; i < count_;) {
     Entry& e = entries_[i];
     if (e.start + e.n == *start || *start + *n == e.start) {
       std::uint32_t s = e.start < *start ? e.start : *start;
-      if (e.start < *start) owner = e.owner;
+      if (e.start < *start) *owner = e.owner;
       arena_.join(s, e.start < *start ? e.n : *n, e.n + *n);
       *start = s;
       *n += e.n;
@@ -301,7 +300,6 @@ std::uint32_t ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n
       ++i;
     }
   }
-  return owner;
 }
 
 std::size_t ReuseCache::allowed(std::size_t held) const {
@@ -309,7 +307,7 @@ std::size_t ReuseCache::allowed(std::size_t held) const {
   return room < cap_ ? room : cap_;
 }
 
-bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns) {
+bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns, std::uint32_t owner) {
   // Refused: no thread to return it later (see start_thread), or no room
   // under the memory limit even for this block alone; return it now.
   const std::size_t len = Extent::bytes_of(n);
@@ -322,7 +320,7 @@ bool ReuseCache::put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_n
   account_time(now);
   // A free (not a block back from a trial, which was never counted drawn).
   if (freed_ns == 0) note_drawn(now, 0, len);
-  const std::uint32_t owner = join_neighbours(&start, &n);
+  join_neighbours(&start, &n, &owner);
   // Make room: a slot, then bytes, oldest first (possibly the front of the
   // block just joined, if it alone is past the cap).
   if (count_ == kSlots) {
@@ -414,7 +412,7 @@ std::size_t ReuseCache::hand_fault(const Entry& e, std::uint32_t handed) {
 }
 
 std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
-                                        std::uint64_t* freed_ns) const {
+                                        std::uint64_t* freed_ns, std::uint32_t* owner) const {
   if (cached_bytes() == 0) return Arena::kNone;
   auto& self = const_cast<ReuseCache&>(*this);
   self.lock();
@@ -440,6 +438,7 @@ std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least,
     s = entries_[best].start;
     *n = entries_[best].n;
     *freed_ns = entries_[best].freed_ns;
+    if (owner != nullptr) *owner = entries_[best].owner;
   }
   self.unlock();
   return s;

@@ -163,8 +163,11 @@ class ReuseCache {
   // (over the cap, or puts are refused). Cached extents that touch are
   // joined into one.
   // freed_ns: when it was freed, if not now (a block taken and handed back
-  // unused keeps its age, so it still decays).
-  bool put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns = 0);
+  // unused keeps its age, so it still decays). owner: the thread it stays
+  // kept for (a block handed back from a trial keeps the owner
+  // largest_below gave; a free's extent has none), unless it joins a cached
+  // extent in front of it, whose owner the whole then has.
+  bool put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns = 0, std::uint32_t owner = 0);
 
   // A cached extent for a block of `need` granules whose start granule + skew
   // is aligned to align_g granules; kNone if none. The smallest cached extent
@@ -191,9 +194,10 @@ class ReuseCache {
   // looks at them, then take_at()s it whole, on trial, and calls
   // note_taken() once the pages are in use or put()s it back with its age,
   // then end_trial()).
-  // kNone if none; *n its length, *freed_ns when it was freed.
+  // kNone if none; *n its length, *freed_ns when it was freed, *owner (if
+  // not null) the thread it is kept for (0: none), for put.
   std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
-                              std::uint64_t* freed_ns) const;
+                              std::uint64_t* freed_ns, std::uint32_t* owner = nullptr) const;
   // A block freed at freed_ns, taken with take_at(..., false), was reused.
   void note_taken(std::uint64_t freed_ns);
 
@@ -346,7 +350,9 @@ class ReuseCache {
   void measure_entries();
   // cost: what the entries cost now (the sum of cost_of), which the caller has.
   int trim_to_cost(std::size_t cost, std::size_t most, Entry* out, Reason* why_out);
-  std::uint32_t join_neighbours(std::uint32_t* start, std::uint32_t* n);
+  // Joins the cached extents that touch [*start, *start + *n) into it;
+  // *owner becomes that of the one joined in front, if one was.
+  void join_neighbours(std::uint32_t* start, std::uint32_t* n, std::uint32_t* owner);
   int best_fit(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t who,
                bool largest = false) const;
   std::uint32_t self() const { return deps_.self != nullptr ? deps_.self() : 0; }

@@ -128,7 +128,8 @@ constexpr std::uint32_t kWarmLeast = static_cast<std::uint32_t>((std::size_t{1} 
 LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
   std::uint32_t have = 0;
   std::uint64_t freed_ns = 0;
-  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have, &freed_ns);
+  std::uint32_t owner = 0;  // kept for: it stays so if it goes back
+  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have, &freed_ns, &owner);
   if (c == Arena::kNone) return Warm::none;
   const Extent warm{c, have};
   // Its resident pages are what a move saves faulting, and they come along
@@ -203,7 +204,7 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   // refused): the warm extent goes back to the cache with its age, or to the
   // OS if the cache will not keep it (as the cache gives back what it has
   // no room for).
-  if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1))
+  if (!cache_.put(warm.start, warm.n, freed_ns != 0 ? freed_ns : 1, owner))
     return_to_os(warm, stats::slot(), stats::large_released_room);
   cache_.end_trial(warm.n);
   return Warm::tried;

@@ -353,6 +353,34 @@ TEST_CASE("cache: a miss's top-up ranks other threads' rests last, in any order 
   CHECK(r.c.check() == nullptr);
 }
 
+// A miss's warm trial takes a cached extent whole and, when nothing comes
+// of it, puts it back (LargePath::commit_warm): a rest kept for a thread
+// stays kept for it, as largest_below reported (the block in front of it
+// is live, so no join could give the owner back).
+TEST_CASE("cache: a rest back from another thread's failed trial is still kept for its thread") {
+  OwnedRig r;  // x's rest (8 granules, at x + 8) is thread 1's; y (24) nobody's
+  const Extent x = r.x;
+  r.live.push_back(Extent{x.start, 8});
+  std::uint32_t got = 0, n = 0, owner = 0;
+  std::uint64_t freed = 0;
+  fake_self = 2;
+  REQUIRE(r.c.take(24, 1, 0, false, &got) == r.y.start);
+  r.live.push_back(Extent{r.y.start, 24});
+  REQUIRE(r.c.largest_below(64, 2, &n, &freed, &owner) == x.start + 8);
+  CHECK(n == 8);
+  CHECK(owner == 1);
+  REQUIRE(r.c.take_at(x.start + 8, n, false));
+  REQUIRE(r.c.put(x.start + 8, n, freed != 0 ? freed : 1, owner));
+  r.c.end_trial(n);
+  // Still thread 1's: thread 2 cuts its need off the back, not the front.
+  CHECK(r.c.take(2, 1, 0, false, &got) == x.start + 14);
+  r.live.push_back(Extent{x.start + 14, 2});
+  fake_self = 1;
+  CHECK(r.c.take_at(x.start + 8, 6));  // thread 1's block still grows in place
+  r.grow_live(x.start, 8, 14);
+  CHECK(r.c.check() == nullptr);
+}
+
 TEST_CASE("cache: a growth take from the back of another thread's rest gets its need only") {
   Rig r(256 * G, kDecay, kSelfDeps);
   Extent x = r.used(64);
