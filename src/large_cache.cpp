@@ -282,9 +282,9 @@ int ReuseCache::trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reas
 }
 
 // Join the cached neighbours of [*start, *start + *n) to it, so blocks cut
-// by take() grow back whole. Returns whom the joined extent is kept for:
-// the owner of the neighbour in front, if one was joined (its block is
-// still in front of it), else nobody. Under mu_.
+// by take() grow back whole. *owner: whom the joined extent is kept for,
+// the caller's unless a neighbour in front was joined, whose owner it then
+// takes (that one's block, if any, is what is in front now). Under mu_.
 void ReuseCache::join_neighbours(std::uint32_t* start, std::uint32_t* n, std::uint32_t* owner) {
   for (int i = 0; i < count_;) {
     Entry& e = entries_[i];
@@ -412,7 +412,7 @@ std::size_t ReuseCache::hand_fault(const Entry& e, std::uint32_t handed) {
 }
 
 std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
-                                        std::uint64_t* freed_ns, std::uint32_t* owner) const {
+                                        std::uint64_t* freed_ns) const {
   if (cached_bytes() == 0) return Arena::kNone;
   auto& self = const_cast<ReuseCache&>(*this);
   self.lock();
@@ -438,7 +438,6 @@ std::uint32_t ReuseCache::largest_below(std::uint32_t need, std::uint32_t least,
     s = entries_[best].start;
     *n = entries_[best].n;
     *freed_ns = entries_[best].freed_ns;
-    if (owner != nullptr) *owner = entries_[best].owner;
   }
   self.unlock();
   return s;
@@ -452,7 +451,7 @@ void ReuseCache::note_taken(std::uint64_t freed_ns) {
   last_take_ns_.store(now, std::memory_order_relaxed);
 }
 
-bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
+bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse, std::uint32_t* owner) {
   if (cached_bytes() == 0) return false;
   bool ok = false;
   std::size_t fault = 0;
@@ -469,6 +468,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse) {
           note_drawn(now, Extent::bytes_of(n), 0);
         }
         fault = hand_fault(entries_[i], n);
+        if (owner != nullptr) *owner = entries_[i].owner;
         cut(i, n, who);  // the rest is still right behind the grown block
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         // On trial: out of the cache, counted as coming back until

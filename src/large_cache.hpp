@@ -194,10 +194,9 @@ class ReuseCache {
   // looks at them, then take_at()s it whole, on trial, and calls
   // note_taken() once the pages are in use or put()s it back with its age,
   // then end_trial()).
-  // kNone if none; *n its length, *freed_ns when it was freed, *owner (if
-  // not null) the thread it is kept for (0: none), for put.
+  // kNone if none; *n its length, *freed_ns when it was freed.
   std::uint32_t largest_below(std::uint32_t need, std::uint32_t least, std::uint32_t* n,
-                              std::uint64_t* freed_ns, std::uint32_t* owner = nullptr) const;
+                              std::uint64_t* freed_ns) const;
   // A block freed at freed_ns, taken with take_at(..., false), was reused.
   void note_taken(std::uint64_t freed_ns);
 
@@ -206,8 +205,9 @@ class ReuseCache {
   // as_reuse false: on trial, not counted as a reuse yet (note_taken does),
   // and counted as coming back (settle waits for it) until end_trial(n),
   // which the caller makes once the block is cached again, given back, or
-  // in use.
-  bool take_at(std::uint32_t at, std::uint32_t n, bool as_reuse = true);
+  // in use. *owner (if not null): the thread the entry was kept for (0:
+  // none), for a trial's put back.
+  bool take_at(std::uint32_t at, std::uint32_t n, bool as_reuse = true, std::uint32_t* owner = nullptr);
   void end_trial(std::uint32_t n);
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }  // for tests
 

@@ -128,8 +128,7 @@ constexpr std::uint32_t kWarmLeast = static_cast<std::uint32_t>((std::size_t{1} 
 LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale) {
   std::uint32_t have = 0;
   std::uint64_t freed_ns = 0;
-  std::uint32_t owner = 0;  // kept for: it stays so if it goes back
-  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have, &freed_ns, &owner);
+  const std::uint32_t c = cache_.largest_below(pl->need, kWarmLeast, &have, &freed_ns);
   if (c == Arena::kNone) return Warm::none;
   const Extent warm{c, have};
   // Its resident pages are what a move saves faulting, and they come along
@@ -147,7 +146,9 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   // Taken, not yet as a reuse: if nothing comes of it, it goes back with its
   // age and the cache's reuse figures untouched (else a failing attempt
   // would keep the block young and cached for as long as misses came).
-  if (!cache_.take_at(warm.start, warm.n, false)) return Warm::none;
+  // (The owner it was kept for, as take_at found it: it stays so if it goes back.)
+  std::uint32_t owner = 0;
+  if (!cache_.take_at(warm.start, warm.n, false, &owner)) return Warm::none;
   const std::size_t fresh = Extent::bytes_of(pl->need - have);
   // Only what is faulted counts against the cache's slack.
   cache_.evict_for(fresh, pl->bytes);

@@ -8,13 +8,16 @@
 // back, blocks that cannot grow in place move, and misses take a smaller
 // cached block's warm pages. One buffer in eight is asked 2 MiB-aligned
 // (posix_memalign, then realloc'ed, which keeps no alignment) and one in
-// eight is a calloc, whose reused pages must read as zero. Every buffer's
+// eight starts as a calloc above the cutoff, whose pages, reused from the
+// cache or not, must read as zero. Every buffer's
 // checksum is checked after each growth step (the kept prefix) and before
 // it is freed. The large path's invariant checks run after every large
 // call in the invariants build (scripts/test runs this suite there too).
 // Written for the rest owners (docs/design-notes.md "Reuse without
 // retention"). Ends with lowtide's live bytes back at their start and with
-// the paths above seen in its counters.
+// the paths above seen in its counters. tests/stress/meson.build sets the
+// variables those paths depend on (the cache's size, the cutoff, the decay
+// thread, no memory limit), so a caller's environment cannot turn them off.
 
 #include "stress_common.hpp"
 
@@ -55,6 +58,7 @@ lt::Block grow_buffer(Rng& r, const lt::Deadline& deadline) {
   std::size_t n = 64 * KiB;
   void* p = nullptr;
   const std::size_t kind = r.below(8);
+  if (kind == 1) n = 2 * lt::cutoff();  // a large block, possibly a cached one's pages
   if (kind == 0) {
     CHECK(posix_memalign(&p, 2 * MiB, n) == 0 && p != nullptr, "posix_memalign(2 MiB, %zu) failed", n);
     CHECK(lt::aligned_to(p, 2 * MiB), "posix_memalign(2 MiB) gave %p", p);
@@ -76,12 +80,21 @@ lt::Block grow_buffer(Rng& r, const lt::Deadline& deadline) {
     void* q = realloc(p, opaque(next));
     CHECK(q != nullptr, "realloc %zu -> %zu failed: %s", n, next, std::strerror(errno));
     CHECK(lt::checksum(q, n) == sum, "realloc %zu -> %zu lost data (%p -> %p)", n, next, p, q);
-    // The new bytes, as an append writes them (covered offsets only).
+    // The new bytes, as an append writes them: every offset of them the
+    // checksum reads (so it never reads a byte nobody wrote), and one byte
+    // in each 4 KiB page.
     auto* b = static_cast<unsigned char*>(q);
     std::uint64_t x = r.next() | 1;
-    for (std::size_t i = n; i < next; i += 4 * KiB) b[i] = static_cast<unsigned char>(x >>= 1);
-    b[next - 1] = 0x5a;
-    lt::scribble(b + next - 1024, 1024, r.next());
+    auto put = [&](std::size_t i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      b[i] = static_cast<unsigned char>(x);
+    };
+    lt::for_each_covered(next, [&](std::size_t i) {
+      if (i >= n) put(i);
+    });
+    for (std::size_t i = n; i < next; i += 4 * KiB) put(i);
     p = q;
     n = next;
     sum = lt::checksum(p, n);
@@ -107,7 +120,7 @@ void worker(int id, const lt::Deadline* deadline) {
 }  // namespace
 
 int main() {
-  lt::arm_watchdog(150, "growing_buffers");
+  lt::arm_watchdog(150, "growing_buffers");  // (meson's timeout is 180 s)
   CHECK(lt::under_lowtide(), "growing_buffers must run with liblowtide.so preloaded");
   lt::Block warm = lt::make_block(3 * lt::cutoff(), 1);  // lowtide's lazily made pieces (the decay thread)
   lt::drop(warm, "warm");

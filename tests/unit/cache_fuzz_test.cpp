@@ -116,10 +116,11 @@ TEST_CASE("fuzz: cache with rest owners") {
         what = "trial";
         std::uint32_t n = 0;
         std::uint64_t freed = 0;
+        std::uint32_t owner = 0;
         std::uint32_t s = c.largest_below(60, 2, &n, &freed);
-        if (s != Arena::kNone && c.take_at(s, n, false)) {
-          if (rnd(2)) {
-            if (!c.put(s, n, freed ? freed : 1)) a.release(s, n);
+        if (s != Arena::kNone && c.take_at(s, n, false, &owner)) {
+          if (rnd(2)) {  // nothing came of it: back with its age and owner
+            if (!c.put(s, n, freed ? freed : 1, owner)) a.release(s, n);
             c.end_trial(n);
           } else {
             c.note_taken(freed);

@@ -354,9 +354,9 @@ TEST_CASE("cache: a miss's top-up ranks other threads' rests last, in any order 
 }
 
 // A miss's warm trial takes a cached extent whole and, when nothing comes
-// of it, puts it back (LargePath::commit_warm): a rest kept for a thread
-// stays kept for it, as largest_below reported (the block in front of it
-// is live, so no join could give the owner back).
+// of it, puts it back (LargePath::commit_warm) with the owner take_at
+// found: a rest kept for a thread stays kept for it (the block in front of
+// it is live, so no join could give the owner back).
 TEST_CASE("cache: a rest back from another thread's failed trial is still kept for its thread") {
   OwnedRig r;  // x's rest (8 granules, at x + 8) is thread 1's; y (24) nobody's
   const Extent x = r.x;
@@ -366,10 +366,10 @@ TEST_CASE("cache: a rest back from another thread's failed trial is still kept f
   fake_self = 2;
   REQUIRE(r.c.take(24, 1, 0, false, &got) == r.y.start);
   r.live.push_back(Extent{r.y.start, 24});
-  REQUIRE(r.c.largest_below(64, 2, &n, &freed, &owner) == x.start + 8);
+  REQUIRE(r.c.largest_below(64, 2, &n, &freed) == x.start + 8);
   CHECK(n == 8);
+  REQUIRE(r.c.take_at(x.start + 8, n, false, &owner));
   CHECK(owner == 1);
-  REQUIRE(r.c.take_at(x.start + 8, n, false));
   REQUIRE(r.c.put(x.start + 8, n, freed != 0 ? freed : 1, owner));
   r.c.end_trial(n);
   // Still thread 1's: thread 2 cuts its need off the back, not the front.
@@ -379,6 +379,47 @@ TEST_CASE("cache: a rest back from another thread's failed trial is still kept f
   CHECK(r.c.take_at(x.start + 8, 6));  // thread 1's block still grows in place
   r.grow_live(x.start, 8, 14);
   CHECK(r.c.check() == nullptr);
+}
+
+// What a trial hands back joins its cached neighbours: one behind it (the
+// rest of an entry the trial took only the front of) keeps the owner put
+// is given; one in front (the owner's block, freed meanwhile) gives its own.
+TEST_CASE("cache: a trial's extent put back joins: behind it put's owner stays, in front the front's wins") {
+  std::uint32_t got = 0, owner = 0;
+  SECTION("behind") {
+    OwnedRig r;
+    const Extent x = r.x;
+    r.live.push_back(Extent{x.start, 8});
+    fake_self = 2;
+    REQUIRE(r.c.take(24, 1, 0, false, &got) == r.y.start);  // y out of the way
+    r.live.push_back(Extent{r.y.start, 24});
+    // The trial takes the front half of thread 1's rest; the back half stays
+    // cached (kept for the trial's thread, as take_at cuts).
+    REQUIRE(r.c.take_at(x.start + 8, 4, false, &owner));
+    CHECK(owner == 1);
+    REQUIRE(r.c.put(x.start + 8, 4, 1, owner));
+    r.c.end_trial(4);
+    CHECK(r.c.entries() == 1);
+    // Thread 1's again, whole: thread 2 cuts from the back, not its "own" front.
+    CHECK(r.c.take(2, 1, 0, false, &got) == x.start + 14);
+    r.live.push_back(Extent{x.start + 14, 2});
+    CHECK(r.c.check() == nullptr);
+  }
+  SECTION("in front") {
+    OwnedRig r;
+    const Extent x = r.x;
+    fake_self = 2;
+    REQUIRE(r.c.take_at(x.start + 8, 8, false, &owner));
+    CHECK(owner == 1);
+    REQUIRE(r.c.put(x.start, 8));  // thread 1's block freed during the trial
+    REQUIRE(r.c.put(x.start + 8, 8, 1, owner));
+    r.c.end_trial(8);
+    // Joined with the freed block in front: nobody's, so the best fit's front.
+    CHECK(r.c.take(2, 1, 0, false, &got) == x.start);
+    r.live.push_back(Extent{x.start, 2});
+    CHECK(r.c.check() == nullptr);
+  }
+  fake_self = 0;
 }
 
 TEST_CASE("cache: a growth take from the back of another thread's rest gets its need only") {
