@@ -164,9 +164,9 @@ class ReuseCache {
   // joined into one.
   // freed_ns: when it was freed, if not now (a block taken and handed back
   // unused keeps its age, so it still decays). owner: the thread it stays
-  // kept for (a block handed back from a trial keeps the owner
-  // largest_below gave; a free's extent has none), unless it joins a cached
-  // extent in front of it, whose owner the whole then has.
+  // kept for (a block handed back from a trial keeps the owner take_at
+  // reported; a free's extent has none), unless it joins a cached extent in
+  // front of it, whose owner the whole then has.
   bool put(std::uint32_t start, std::uint32_t n, std::uint64_t freed_ns = 0, std::uint32_t owner = 0);
 
   // A cached extent for a block of `need` granules whose start granule + skew

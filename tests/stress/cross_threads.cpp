@@ -41,16 +41,7 @@ std::atomic<long> g_dirs[2][2][2];
 std::atomic<long> g_steps{0}, g_allocs{0}, g_frees{0}, g_reallocs{0}, g_cross{0};
 std::size_t g_cutoff;
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-};
+using lt::Rng;
 
 std::size_t pick_size(Rng& r) {
   const std::size_t c = g_cutoff;

@@ -37,16 +37,7 @@ constexpr int kBuffersPerThread = 60;
 constexpr int kKept = 6;  // buffers a thread keeps alive
 constexpr double kSeconds = 60;
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-};
+using lt::Rng;
 
 std::atomic<long> g_steps{0}, g_buffers{0}, g_aligned{0}, g_calloc{0};
 
@@ -84,13 +75,7 @@ lt::Block grow_buffer(Rng& r, const lt::Deadline& deadline) {
     // checksum reads (so it never reads a byte nobody wrote), and one byte
     // in each 4 KiB page.
     auto* b = static_cast<unsigned char*>(q);
-    std::uint64_t x = r.next() | 1;
-    auto put = [&](std::size_t i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      b[i] = static_cast<unsigned char>(x);
-    };
+    auto put = [&](std::size_t i) { b[i] = static_cast<unsigned char>(r.next()); };
     lt::for_each_covered(next, [&](std::size_t i) {
       if (i >= n) put(i);
     });

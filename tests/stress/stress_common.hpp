@@ -138,6 +138,18 @@ inline bool covered_zero(const void* p, std::size_t n) {
   return zero;
 }
 
+// A fixed-seed xorshift64 (the seed must not be 0): runs repeat.
+struct Rng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+};
+
 struct Block {
   void* p = nullptr;
   std::size_t n = 0;
