@@ -173,7 +173,8 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
     const Extent to{s, pl->need};
     char* base = to.base(a_);
     if (ops_.commit(base + warm.bytes(), fresh) == pal::Commit::ok) {
-      if (ops_.move_pages(warm.base(a_), warm.bytes(), base)) {
+      const std::size_t moved = ops_.move_pages(warm.base(a_), warm.bytes(), base);
+      if (moved == warm.bytes()) {
         // MREMAP_DONTUNMAP left the old range mapped and empty: reserve it
         // again, and it is free range.
         ops_.decommit(warm.base(a_), warm.bytes());
@@ -190,6 +191,10 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
         // refused mremap on each later miss.
         moves_refused_.store(true, std::memory_order_relaxed);
         ops_.decommit(base + warm.bytes(), fresh);
+        // A front that did move (the kernel refused a later mapping) is
+        // free pages, nobody's data: dropped, and the warm extent goes back
+        // with its front empty.
+        if (moved != 0) ops_.decommit(base, moved);
       }
     }
     if (!done) a_.release(to.start, to.n);
@@ -586,9 +591,10 @@ Result LargePath::move_block(Change& c, void** out) {
       return refusal(r);
     }
   }
-  const bool moved = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  const std::size_t moved_bytes = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  const bool moved = moved_bytes == old_bytes;
   if (!moved) {
-    if (Result r = copy_instead(c, to, warm); r != Result::ok) return r;
+    if (Result r = copy_instead(c, to, warm, moved_bytes); r != Result::ok) return r;
   } else {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
@@ -597,22 +603,37 @@ Result LargePath::move_block(Change& c, void** out) {
   return Result::ok;
 }
 
-// mremap refused (an old kernel, or the block spans several VMAs since
-// someone madvised part of it): copy all the old block's usable bytes,
-// which the program may have written (glibc keeps them too).
-Result LargePath::copy_instead(Change& c, Extent to, bool warm) {
+// mremap refused (an old kernel, vm.max_map_count, a mapping the kernel
+// will not move), before it moved anything or part-way (`moved` bytes of
+// the old extent's front are in the new one already): copy the rest of
+// the header and of the old block's usable bytes, which the program may
+// have written (glibc keeps them too).
+Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t moved) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
-  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase, old_bytes); r != pal::Commit::ok) {
+  char* obase = c.old.base(a_);
+  // (A warm extent is committed; a fresh one's tail was committed before
+  // the move, its front is committed here but for what moved into it.)
+  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase + moved, old_bytes - moved); r != pal::Commit::ok) {
+    // The moved front holds the only copy of those bytes: back where they
+    // were (the old range is still mapped, empty: MREMAP_DONTUNMAP), so the
+    // block stays as it was.
+    if (moved != 0) {
+      std::memcpy(obase, nbase, moved);
+      ops_.decommit(nbase, moved);
+    }
     // Only the tail was committed; the head's pages are still dropped.
     ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
     a_.release(to.start, to.n);
     return refusal(r);
   }
-  // The new block is larger than the old one's usable size (need > n).
-  const std::size_t keep = c.old_usable;
-  std::memcpy(nbase + c.off - sizeof(BlockHeader), c.h, sizeof(BlockHeader));
-  std::memcpy(nbase + c.off, c.p, keep);
+  // The header, then the usable bytes (the new block is larger than the
+  // old one's usable size: need > n), less the front that moved.
+  const std::size_t from_hdr = c.off - sizeof(BlockHeader);
+  const std::size_t end = c.off + c.old_usable;
+  const std::size_t from = moved > from_hdr ? moved : from_hdr;
+  const std::size_t keep = end > from ? end - from : 0;
+  std::memcpy(nbase + from, obase + from, keep);
   stats::add(c.st, stats::large_copy_bytes, keep);
   stats::add(c.st, stats::large_returned_bytes, old_bytes);
   stats::add(c.st, stats::large_released_free, old_bytes);

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -208,11 +209,6 @@ void decommit(void* p, std::size_t len) {
   std::memset(p, 0, len);
 }
 
-bool move_pages(void* src, std::size_t len, void* dst) {
-  void* r = ::mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
-  return r == dst;
-}
-
 namespace {
 // PROCMAP_QUERY's argument (include/uapi/linux/fs.h, Linux 6.11): Debian
 // 12's headers predate it. The kernel checks `size`, so a kernel with a
@@ -225,26 +221,98 @@ struct ProcmapQuery {
 };
 static_assert(sizeof(ProcmapQuery) == 104, "PROCMAP_QUERY's struct is 104 bytes");
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
-}  // namespace
 
-bool one_mapping(const void* p, std::size_t len) {
-  const int saved = errno;
-  // Opened each time, not kept: a program closing every descriptor it did
-  // not open (daemons do) would leave a kept one pointing at its next file.
-  // Read only, never created; asked of a regular file only (procfs's are;
-  // whatever a chroot put at that path otherwise gets no ioctl).
+// /proc/self/maps, to be asked with PROCMAP_QUERY, or -1. Opened each time,
+// not kept: a program closing every descriptor it did not open (daemons
+// do) would leave a kept one pointing at its next file. Read only, never
+// created; a regular file only (procfs's are; whatever a chroot put at
+// that path gets no ioctl).
+int open_maps() {
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    errno = saved;
-    return false;
-  }
+  if (fd < 0) return -1;
   struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Bytes from p to the end of the mapping that covers it, at most len; 0
+// when it cannot be told (no PROCMAP_QUERY before Linux 6.11, nothing
+// mapped at p).
+std::size_t mapping_left(int fd, const void* p, std::size_t len) {
   ProcmapQuery q{};
   q.size = sizeof q;
   q.query_addr = reinterpret_cast<std::uintptr_t>(p);  // flags 0: the mapping covering it
-  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::ioctl(fd, kProcmapQuery, &q) == 0 &&
-                  q.vma_start <= q.query_addr && q.vma_end >= q.query_addr && q.vma_end - q.query_addr >= len;
-  ::close(fd);
+  if (::ioctl(fd, kProcmapQuery, &q) != 0 || q.vma_start > q.query_addr || q.vma_end <= q.query_addr) return 0;
+  const std::uint64_t left = q.vma_end - q.query_addr;
+  return left < len ? static_cast<std::size_t>(left) : len;
+}
+
+// Does this kernel's mremap move a range of several mappings (Linux 6.17)?
+// It moves them one at a time and stops at one it cannot move, with those
+// before it already moved: a refusal is then no longer all or nothing.
+// From uname once; true where the release cannot be read.
+std::atomic<int> several_known{0};  // 0: not read yet, 1: moves several, 2: refuses them
+bool moves_several() {
+  int v = several_known.load(std::memory_order_relaxed);
+  if (v == 0) {
+    struct utsname u;
+    unsigned major = 0, minor = 0;
+    v = 1;
+    if (::uname(&u) == 0) {
+      const char* c = u.release;
+      while (*c >= '0' && *c <= '9') major = major * 10 + static_cast<unsigned>(*c++ - '0');
+      if (*c++ == '.') {
+        while (*c >= '0' && *c <= '9') minor = minor * 10 + static_cast<unsigned>(*c++ - '0');
+        if (major != 0 && (major < 6 || (major == 6 && minor < 17))) v = 2;
+      }
+    }
+    several_known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+}  // namespace
+
+std::size_t move_pages(void* src, std::size_t len, void* dst) {
+  const int saved = errno;
+  auto* s = static_cast<char*>(src);
+  auto* d = static_cast<char*>(dst);
+  // A range that is one mapping moves whole or not at all, on every
+  // kernel. One of several mappings is moved a mapping at a time, so that
+  // a refusal part-way (since 6.17 the kernel would stop at a mapping it
+  // cannot move, e.g. one a userfaultfd watches, with the ones before it
+  // already moved: issue 13's realloc lost those bytes) says exactly how
+  // much moved, and the caller copies the rest. Before 6.17 the kernel
+  // refuses such a range before moving anything, so where the mappings
+  // cannot be asked (before 6.11, no /proc) the whole range is tried
+  // there, and nothing is moved on a newer kernel.
+  const int fd = open_maps();
+  const bool several = moves_several();
+  std::size_t done = 0;
+  if (fd >= 0 || !several) {
+    while (done < len) {
+      std::size_t piece = fd >= 0 ? mapping_left(fd, s + done, len - done) : 0;
+      if (piece == 0) {
+        if (several) break;  // cannot tell where the mapping ends
+        piece = len - done;
+      }
+      if (::mremap(s + done, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, d + done) != d + done)
+        break;
+      done += piece;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  errno = saved;
+  return done;
+}
+
+bool one_mapping(const void* p, std::size_t len) {
+  const int saved = errno;
+  const int fd = open_maps();
+  const bool ok = fd >= 0 && mapping_left(fd, p, len) == len;
+  if (fd >= 0) ::close(fd);
   errno = saved;
   return ok;
 }

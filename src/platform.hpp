@@ -54,11 +54,14 @@ int mlockall(int flags);
 int munlockall();
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
-// appears. Fails on old kernels, at vm.max_map_count, and on ranges that
-// span several VMAs where the kernel refuses to move those (6.18 here moves
-// them, each piece staying a mapping of its own: docs/design-notes.md,
-// "Mappings").
-bool move_pages(void* src, std::size_t len, void* dst);
+// appears. Returns how many bytes moved, from the front: len, or less where
+// the kernel refused part (old kernels, vm.max_map_count, a mapping it
+// will not move). Then [src, src+moved) is mapped and empty and
+// [dst, dst+moved) holds those pages; the rest is where it was. A range of
+// several mappings is moved one mapping at a time (each staying a mapping
+// of its own: docs/design-notes.md, "Mappings"), since a kernel that moves
+// several at once (6.17 on) may stop part-way without saying where.
+std::size_t move_pages(void* src, std::size_t len, void* dst);
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
 // when it does not, or when it cannot be told (an older kernel, no /proc).
@@ -185,7 +188,7 @@ void yield();
 struct PageOps {
   Commit (*commit)(void* p, std::size_t len);
   void (*decommit)(void* p, std::size_t len);
-  bool (*move_pages)(void* src, std::size_t len, void* dst);
+  std::size_t (*move_pages)(void* src, std::size_t len, void* dst);
   void (*advise_hugepage)(void* p, std::size_t len);
   bool (*overcommit_refuses)(std::size_t len);
   std::size_t (*resident)(const void* p, std::size_t len);

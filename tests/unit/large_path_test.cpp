@@ -39,9 +39,11 @@ struct Faults {
   int commits_failing = 0;
   pal::Commit fail_as = pal::Commit::refused;
   bool refuse_move = false;
+  std::size_t move_only = 0;  // a move stops after this many bytes (0: none), as a kernel refusing a later mapping
   bool refuse_overcommit = false;
   int commits = 0, moves = 0;
   bool moved = false;  // the last real move_pages succeeded (valgrind refuses MREMAP_DONTUNMAP)
+  std::size_t moved_bytes = 0;  // what the last move_pages moved
 };
 Faults faults;
 
@@ -55,10 +57,13 @@ pal::Commit fake_commit(void* p, std::size_t len) {
   }
   return pal::commit(p, len);
 }
-bool fake_move(void* src, std::size_t len, void* dst) {
+std::size_t fake_move(void* src, std::size_t len, void* dst) {
   ++faults.moves;
-  faults.moved = !faults.refuse_move && pal::move_pages(src, len, dst);
-  return faults.moved;
+  std::size_t want = faults.refuse_move ? 0 : len;
+  if (faults.move_only != 0 && faults.move_only < want) want = faults.move_only;
+  faults.moved_bytes = want == 0 ? 0 : pal::move_pages(src, want, dst);
+  faults.moved = faults.moved_bytes == len;
+  return faults.moved_bytes;
 }
 bool fake_overcommit(std::size_t len) { return faults.refuse_overcommit || pal::overcommit_refuses(len); }
 
@@ -303,6 +308,34 @@ TEST_CASE("large path: mremap refused, the copy keeps the old block's usable byt
   r.path.release(blocker, "test");
 }
 
+// Since Linux 6.17 mremap moves a range of several mappings one at a time
+// and stops at one it cannot move, the ones before it moved: the front of
+// the block is then at the destination, the source's front empty.
+TEST_CASE("large path: a move refused part-way keeps every byte (the front moved, the rest copied)") {
+  Rig r;
+  void* p = r.alloc(512 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 11);
+  faults.move_only = 128 << 10;
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 2 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(faults.moves == 1);
+  // (valgrind refuses MREMAP_DONTUNMAP: there nothing moves, and this is
+  // the whole copy's case.)
+  if (faults.moved_bytes == 0) WARN("move_pages moved nothing here: the part-way case is not exercised");
+  else CHECK(faults.moved_bytes == (128u << 10));
+  CHECK(same(q, old_usable, 11));
+  CHECK(r.path.usable(q, "test") >= (2u << 20));
+  const auto* tail = static_cast<const unsigned char*>(q) + old_usable;
+  bool zero = true;
+  for (std::size_t i = 0; i < (2u << 20) - old_usable; ++i) zero &= tail[i] == 0;
+  CHECK(zero);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
 TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {
   Rig r;
   void* p = r.alloc(256 << 10);
@@ -319,6 +352,13 @@ TEST_CASE("large path: a resize whose commits are refused leaves the block as it
   }
   SECTION("mremap refused, then the head's commit for the copy refused") {
     faults.refuse_move = true;
+    faults.commits_ok = 1;  // the tail
+    faults.commits_failing = 1;
+    faults.fail_as = pal::Commit::refused;
+    CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
+  }
+  SECTION("a move refused part-way, then the rest's commit for the copy refused: the front moved back") {
+    faults.move_only = 64 << 10;
     faults.commits_ok = 1;  // the tail
     faults.commits_failing = 1;
     faults.fail_as = pal::Commit::refused;
@@ -725,6 +765,26 @@ TEST_CASE("large path: a miss takes a smaller cached block's pages") {
     CHECK(static_cast<unsigned char*>(q)[0] == 0);  // fresh pages
     r.path.release(q, "test");
     r.path.release(blocker, "test");
+  }
+  SECTION("mremap refused part-way: a fresh block, the cached one kept, the moved front dropped") {
+    void* blocker = r.alloc(1 << 20);
+    r.path.release(p, "test");
+    const std::size_t cached = r.cache.cached_bytes();
+    faults.move_only = 64 << 10;
+    void* q = r.alloc(5 << 20);
+    CHECK(faults.moves == 1);
+    CHECK(r.cache.cached_bytes() == cached);
+    CHECK(r.cache.check() == nullptr);
+    const auto* b = static_cast<const unsigned char*>(q);
+    bool zero = true;
+    for (std::size_t i = 0; i < (5u << 20); ++i) zero &= b[i] == 0;
+    CHECK(zero);  // fresh pages, none of the warm block's
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+    r.cache.purge(true);
+    // Nothing stays resident in the range: the front that moved (into an
+    // extent given back to the range) was dropped too.
+    CHECK(pal::resident_bytes(reinterpret_cast<void*>(r.a.base()), r.a.size()) == 0);
   }
   SECTION("the tail's commit refused: the fresh path serves it, the cached block kept") {
     void* blocker = r.alloc(1 << 20);
