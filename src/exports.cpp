@@ -18,6 +18,7 @@
 #define LT_EXPORT extern "C" __attribute__((visibility("default")))
 
 using lowtide::libc::operator_new;
+using lowtide::libc::operator_new_aligned;
 
 LT_EXPORT void* malloc(size_t n) noexcept { return lowtide::libc::malloc(n); }
 LT_EXPORT void free(void* p) noexcept { lowtide::libc::free(p); }
@@ -100,13 +101,13 @@ LT_NEW_EXPORT void* operator new(std::size_t n) { return operator_new(n, 0, fals
 LT_NEW_EXPORT void* operator new[](std::size_t n) { return operator_new(n, 0, false); }
 LT_NEW_EXPORT void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return operator_new(n, 0, true); }
 LT_NEW_EXPORT void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return operator_new(n, 0, true); }
-LT_NEW_EXPORT void* operator new(std::size_t n, std::align_val_t a) { return operator_new(n, static_cast<std::size_t>(a), false); }
-LT_NEW_EXPORT void* operator new[](std::size_t n, std::align_val_t a) { return operator_new(n, static_cast<std::size_t>(a), false); }
+LT_NEW_EXPORT void* operator new(std::size_t n, std::align_val_t a) { return operator_new_aligned(n, static_cast<std::size_t>(a), false); }
+LT_NEW_EXPORT void* operator new[](std::size_t n, std::align_val_t a) { return operator_new_aligned(n, static_cast<std::size_t>(a), false); }
 LT_NEW_EXPORT void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return operator_new(n, static_cast<std::size_t>(a), true);
+  return operator_new_aligned(n, static_cast<std::size_t>(a), true);
 }
 LT_NEW_EXPORT void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return operator_new(n, static_cast<std::size_t>(a), true);
+  return operator_new_aligned(n, static_cast<std::size_t>(a), true);
 }
 LT_NEW_EXPORT void operator delete(void* p) noexcept { lowtide::libc::free(p); }
 LT_NEW_EXPORT void operator delete[](void* p) noexcept { lowtide::libc::free(p); }

@@ -245,6 +245,14 @@ std::size_t good_size(std::size_t n) {
   return round_up(n + hdr, Arena::kGranule) - hdr;
 }
 
+void* operator_new_aligned(std::size_t n, std::size_t align, bool nothrow) {
+  if (LT_UNLIKELY(align == 0 || (align & (align - 1)) != 0)) {
+    if (nothrow) return nullptr;
+    cxxrt::throw_bad_alloc();
+  }
+  return operator_new(n, align, nothrow);
+}
+
 void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
   for (;;) {
     void* p;

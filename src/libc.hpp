@@ -23,6 +23,11 @@ namespace lowtide::libc {
 void* malloc_slow(std::size_t n);
 void free_slow(void* p);
 void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow);
+// The align_val_t forms of operator new. An alignment that is not a power
+// of two (0 too) is undefined behaviour; libstdc++ fails it at once with
+// std::bad_alloc (nothrow: NULL), without the new_handler, and so does
+// lowtide (it served such a request until 2026-12-05).
+void* operator_new_aligned(std::size_t n, std::size_t align, bool nothrow);
 // The fast path's failure (malloc_miss, new_miss): take back what small_pop counted (out of line).
 void uncount_small_fast(std::size_t n, stats::Counter call);
 // The rest of free's fast path where mimalloc may make a system call (the

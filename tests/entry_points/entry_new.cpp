@@ -136,6 +136,42 @@ void test_operator_new_failure() {
 }
 
 // ------------------------------------------------- all 20 new/delete forms
+// An alignment that is not a power of two (0 included) is undefined
+// behaviour; libstdc++ answers it with std::bad_alloc at once (nothrow:
+// NULL), without calling the new_handler, and a replacement must not
+// serve it either (lowtide did, until 2026-12-05).
+void test_new_bad_alignment() {
+  std::lock_guard<std::mutex> lock(g_new_handler_mutex);
+  g_handler_calls = 0;
+  g_handler_limit = 1000;
+  std::set_new_handler(counting_handler);
+  for (std::size_t a : {std::size_t{0}, std::size_t{3}, std::size_t{24}, std::size_t{96}, std::size_t{4097}}) {
+    const std::align_val_t al{opaque(a)};
+    bool threw = false;
+    try {
+      void* p = ::operator new(opaque(std::size_t{100}), al);
+      ::operator delete(p);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    CHECK(threw, "new(100, align %zu): no bad_alloc", a);
+    threw = false;
+    try {
+      void* p = ::operator new[](opaque(std::size_t{100}), al);
+      ::operator delete[](p);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    CHECK(threw, "new[](100, align %zu): no bad_alloc", a);
+    void* p = ::operator new(opaque(std::size_t{100}), al, std::nothrow);
+    CHECK(p == nullptr, "new(100, align %zu, nothrow) = %p, not NULL", a, p);
+    void* q = ::operator new[](opaque(std::size_t{100}), al, std::nothrow);
+    CHECK(q == nullptr, "new[](100, align %zu, nothrow) = %p, not NULL", a, q);
+  }
+  CHECK(g_handler_calls == 0, "the new_handler ran %d times for a bad alignment", g_handler_calls);
+  std::set_new_handler(nullptr);
+}
+
 void test_new_delete_forms() {
   const std::size_t sizes[] = {1, 24, 1000, 100 * KiB, g_cutoff, 2 * g_cutoff + 10};
   const std::size_t aligns[] = {16, 64, 4096, 2 * MiB};

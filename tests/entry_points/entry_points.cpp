@@ -53,6 +53,7 @@ const Test kTests[] = {
     {"usable_size", test_usable_size},
     {"operator_new_failure", test_operator_new_failure},
     {"new_delete_forms", test_new_delete_forms},
+    {"new_bad_alignment", test_new_bad_alignment},
     {"large_aligned", test_large_aligned},
     {"calloc_large", test_calloc_large},
     {"realloc_transitions", test_realloc_transitions},

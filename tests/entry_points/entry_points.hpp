@@ -48,6 +48,7 @@ void test_madvise_split_realloc(bool verbose);
 void test_reallocarray();
 void test_operator_new_failure();
 void test_new_delete_forms();
+void test_new_bad_alignment();
 void test_extra_exports();
 
 }  // namespace entry
