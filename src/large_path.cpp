@@ -584,49 +584,34 @@ Result LargePath::move_block(Change& c, void** out) {
   }
   if (sd >= 0) a_.put_back(sd);  // (held, but no window opened: a fork under way)
   if (so >= 0) a_.put_back(so);
-  // Commit the tail first, so that once the pages have moved nothing can fail.
+  // Commit the whole new extent first (the moved pages replace its head),
+  // so that once any page has moved nothing can fail: a move refused
+  // part-way is finished by a copy into committed pages.
   if (!warm) {
-    if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
+    if (pal::Commit r = ops_.commit(nbase, c.bytes); r != pal::Commit::ok) {
       a_.release(to.start, to.n);
       return refusal(r);
     }
   }
   const std::size_t moved_bytes = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
   const bool moved = moved_bytes == old_bytes;
-  if (!moved) {
-    if (Result r = copy_instead(c, to, warm, moved_bytes); r != Result::ok) return r;
-  } else {
-    stats::add(c.st, stats::large_remap_bytes, old_bytes);
-  }
+  if (!moved) copy_instead(c, to, moved_bytes);
+  else stats::add(c.st, stats::large_remap_bytes, old_bytes);
   finish_move(c, to, warm, moved, out);
   header_of(*out)->flags &= static_cast<std::uint8_t>(~kMovedWhole);  // pieces now, or a copy
   return Result::ok;
 }
 
-// mremap refused (an old kernel, vm.max_map_count, a mapping the kernel
-// will not move), before it moved anything or part-way (`moved` bytes of
-// the old extent's front are in the new one already): copy the rest of
-// the header and of the old block's usable bytes, which the program may
-// have written (glibc keeps them too).
-Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t moved) {
+// mremap refused (vm.max_map_count, a mapping the kernel will not move, no
+// way to ask the kernel which mappings the block spans), before it moved
+// anything or part-way (`moved` bytes of the old extent's front are in the
+// new one already): copy the rest of the header and of the old block's
+// usable bytes, which the program may have written (glibc keeps them too),
+// into the new extent, committed whole beforehand.
+void LargePath::copy_instead(Change& c, Extent to, std::size_t moved) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
-  char* obase = c.old.base(a_);
-  // (A warm extent is committed; a fresh one's tail was committed before
-  // the move, its front is committed here but for what moved into it.)
-  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase + moved, old_bytes - moved); r != pal::Commit::ok) {
-    // The moved front holds the only copy of those bytes: back where they
-    // were (the old range is still mapped, empty: MREMAP_DONTUNMAP), so the
-    // block stays as it was.
-    if (moved != 0) {
-      std::memcpy(obase, nbase, moved);
-      ops_.decommit(nbase, moved);
-    }
-    // Only the tail was committed; the head's pages are still dropped.
-    ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
-    a_.release(to.start, to.n);
-    return refusal(r);
-  }
+  const char* obase = c.old.base(a_);
   // The header, then the usable bytes (the new block is larger than the
   // old one's usable size: need > n), less the front that moved.
   const std::size_t from_hdr = c.off - sizeof(BlockHeader);
@@ -635,9 +620,9 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t move
   const std::size_t keep = end > from ? end - from : 0;
   std::memcpy(nbase + from, obase + from, keep);
   stats::add(c.st, stats::large_copy_bytes, keep);
-  stats::add(c.st, stats::large_returned_bytes, old_bytes);
-  stats::add(c.st, stats::large_released_free, old_bytes);
-  return Result::ok;
+  stats::add(c.st, stats::large_remap_bytes, moved);
+  stats::add(c.st, stats::large_returned_bytes, old_bytes - moved);
+  stats::add(c.st, stats::large_released_free, old_bytes - moved);
 }
 
 // The block's header and pointer now live in `to`: account, give the old

@@ -14,7 +14,6 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -250,60 +249,40 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
   return left < len ? static_cast<std::size_t>(left) : len;
 }
 
-// Does this kernel's mremap move a range of several mappings (Linux 6.17)?
-// It moves them one at a time and stops at one it cannot move, with those
-// before it already moved: a refusal is then no longer all or nothing.
-// From uname once; true where the release cannot be read.
-std::atomic<int> several_known{0};  // 0: not read yet, 1: moves several, 2: refuses them
-bool moves_several() {
-  int v = several_known.load(std::memory_order_relaxed);
-  if (v == 0) {
-    struct utsname u;
-    unsigned major = 0, minor = 0;
-    v = 1;
-    if (::uname(&u) == 0) {
-      const char* c = u.release;
-      while (*c >= '0' && *c <= '9') major = major * 10 + static_cast<unsigned>(*c++ - '0');
-      if (*c++ == '.') {
-        while (*c >= '0' && *c <= '9') minor = minor * 10 + static_cast<unsigned>(*c++ - '0');
-        if (major != 0 && (major < 6 || (major == 6 && minor < 17))) v = 2;
-      }
-    }
-    several_known.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
 }  // namespace
 
 std::size_t move_pages(void* src, std::size_t len, void* dst) {
+  // Where a refusal can be foreseen, nothing is tried: a kernel before
+  // 6.12 unmaps the destination before it checks the source and the
+  // limits, so a refused mremap there would leave a hole where the caller
+  // copies or commits next (RLIMIT_AS, RLIMIT_DATA and overcommit mode 2
+  // are checked after that unmap, and so is a range of several mappings,
+  // which kernels before 6.17 refuse).
+  if (!mremap_growth_ok()) return 0;
   const int saved = errno;
   auto* s = static_cast<char*>(src);
   auto* d = static_cast<char*>(dst);
-  // A range that is one mapping moves whole or not at all, on every
-  // kernel. One of several mappings is moved a mapping at a time, so that
-  // a refusal part-way (since 6.17 the kernel would stop at a mapping it
-  // cannot move, e.g. one a userfaultfd watches, with the ones before it
-  // already moved: issue 13's realloc lost those bytes) says exactly how
-  // much moved, and the caller copies the rest. Before 6.17 the kernel
-  // refuses such a range before moving anything, so where the mappings
-  // cannot be asked (before 6.11, no /proc) the whole range is tried
-  // there, and nothing is moved on a newer kernel.
+  // One mapping at a time, each asked of the kernel (PROCMAP_QUERY, 6.11
+  // on): one mapping moves whole or not at all, where a range of several
+  // is refused whole before 6.17 (after unmapping the destination, above)
+  // and since 6.17 moved a mapping at a time by the kernel, which stops at
+  // one it cannot move (one a userfaultfd watches, a sealed one) with the
+  // ones before it moved (issue 13's realloc lost those bytes). So a
+  // refusal part-way says how much moved, and the caller copies the rest.
+  // Where the mappings cannot be asked (before 6.11, no /proc) nothing is
+  // moved: the caller copies.
   const int fd = open_maps();
-  const bool several = moves_several();
   std::size_t done = 0;
-  if (fd >= 0 || !several) {
+  if (fd >= 0) {
     while (done < len) {
-      std::size_t piece = fd >= 0 ? mapping_left(fd, s + done, len - done) : 0;
-      if (piece == 0) {
-        if (several) break;  // cannot tell where the mapping ends
-        piece = len - done;
-      }
+      const std::size_t piece = mapping_left(fd, s + done, len - done);
+      if (piece == 0) break;
       if (::mremap(s + done, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, d + done) != d + done)
         break;
       done += piece;
     }
+    ::close(fd);
   }
-  if (fd >= 0) ::close(fd);
   errno = saved;
   return done;
 }

@@ -55,12 +55,15 @@ int munlockall();
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
 // appears. Returns how many bytes moved, from the front: len, or less where
-// the kernel refused part (old kernels, vm.max_map_count, a mapping it
-// will not move). Then [src, src+moved) is mapped and empty and
-// [dst, dst+moved) holds those pages; the rest is where it was. A range of
-// several mappings is moved one mapping at a time (each staying a mapping
-// of its own: docs/design-notes.md, "Mappings"), since a kernel that moves
-// several at once (6.17 on) may stop part-way without saying where.
+// the kernel refused part (vm.max_map_count, a mapping it will not move).
+// Then [src, src+moved) is mapped and empty and [dst, dst+moved) holds
+// those pages; the rest is where it was. Moved a mapping at a time (each
+// staying a mapping of its own: docs/design-notes.md, "Mappings"), each
+// asked of the kernel (PROCMAP_QUERY, Linux 6.11), and only where
+// mremap_growth_ok(): nothing is moved (0) where the mappings cannot be
+// asked or a refusal can be foreseen, since kernels before 6.12 unmap the
+// destination before most of their checks (a refused move would leave a
+// hole there).
 std::size_t move_pages(void* src, std::size_t len, void* dst);
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False

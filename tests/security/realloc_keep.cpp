@@ -109,6 +109,27 @@ bool arm_userfaultfd(void* p, std::size_t len) {
   return ioctl(static_cast<int>(fd), UFFDIO_REGISTER, &r) == 0;
 }
 
+// Whether this kernel answers PROCMAP_QUERY on /proc/self/maps (Linux
+// 6.11): lowtide moves pages by mremap only where it can ask which mappings
+// a block spans (and copies elsewhere).
+bool procmap_query_works() {
+  struct Query {  // include/uapi/linux/fs.h's procmap_query (Debian 12's headers predate it)
+    std::uint64_t size, query_flags, query_addr;
+    std::uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    std::uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    std::uint64_t vma_name_addr, build_id_addr;
+  } q{};
+  static_assert(sizeof(Query) == 104, "procmap_query is 104 bytes");
+  q.size = sizeof q;
+  int here = 0;
+  q.query_addr = reinterpret_cast<std::uintptr_t>(&here);
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ioctl(fd, _IOWR('f', 17, Query), &q) == 0;
+  close(fd);
+  return ok;
+}
+
 // How a moving block is laid out in mappings.
 enum class Layout {
   one,      // one mapping: mremap moves it whole
@@ -122,13 +143,13 @@ enum class Layout {
 //   once, but stops at one a userfaultfd watches with the ones before it
 //   moved, and this block's first 256 KiB were lost (issue 13's "Found,
 //   not fixed", 2026-12-05): lowtide now moves such a block a mapping at a
-//   time. Before 6.11 (no PROCMAP_QUERY) the kernel refuses the whole range
-//   and the block is copied. Either way every byte stays.
+//   time. Before 6.11 (no PROCMAP_QUERY) it copies every block it cannot
+//   grow in place. Either way every byte stays.
 // * sealed: the kernel moves no sealed mapping, so the move stops there:
 //   the front has moved (6.11 on), the rest is copied. On kernels without
-//   mseal (before 6.10) madvise's split alone makes the kernel refuse the
-//   whole range, and the whole block is copied. Runs last: the sealed
-//   piece of the old extent can never be given back.
+//   mseal (before 6.10) madvise splits the block instead, and it is copied
+//   whole. Runs last: the sealed piece of the old extent can never be given
+//   back.
 void large_moved(Layout layout) {
   const char* what = layout == Layout::one       ? "large -> large by mremap"
                      : layout == Layout::several ? "large -> large, several mappings"
@@ -179,7 +200,12 @@ void large_moved(Layout layout) {
   const bool remapped = after.large_remaps == before.large_remaps + 1;
   const bool copied = after.large_copies == before.large_copies + 1;
   CHECK(remapped != copied, "precondition: %s: neither moved nor copied (%p -> %p)", what, p, q);
-  if (layout == Layout::one) CHECK(remapped, "precondition: %s: not moved by mremap (%p -> %p)", what, p, q);
+  if (layout == Layout::one)
+    CHECK(remapped == procmap_query_works(), "precondition: %s: %s (%p -> %p)", what,
+          remapped ? "moved where PROCMAP_QUERY is not answered" : "not moved by mremap", p, q);
+  if (layout == Layout::several)
+    CHECK(remapped == procmap_query_works(), "%s: %s where this kernel %s PROCMAP_QUERY (%p -> %p)", what,
+          remapped ? "moved" : "copied", procmap_query_works() ? "answers" : "does not answer", p, q);
   if (layout == Layout::sealed) {
     CHECK(copied, "%s: not copied (%p -> %p)", what, p, q);
     // Copied less than the block where its front moved first.
