@@ -49,6 +49,14 @@ struct alignas(64) Slot {
 
 Slot* attach();  // slow path: this thread's first counted call
 
+// A slot's counters and histogram as one consistent pass, while its owner
+// may be counting (stats.cpp says how; reports and snapshots read this way).
+void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h);
+// For tests only (null otherwise): called by read_slot in each pass between
+// its reads of the counters and of the histogram, so that a test can count
+// there as an owner outrunning the reader would.
+extern void (*read_slot_hook)(const Slot* s, int pass);
+
 // Counting can be compiled out (meson -Dcounters=false) only to measure what
 // it costs; the shipped library always counts.
 #ifdef LOWTIDE_NO_COUNTERS
