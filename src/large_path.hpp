@@ -84,7 +84,7 @@ class LargePath {
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
   // moved: bytes of the old extent's front move_pages moved before it was refused.
-  void copy_instead(Change& c, Extent to, std::size_t moved);
+  Result copy_instead(Change& c, Extent to, bool warm, std::size_t moved);
   // old_mapped false: the old extent is lost (a hole move_grow left was taken).
   void finish_move(Change& c, Extent to, bool warm, bool moved, void** out, bool old_mapped = true);
 

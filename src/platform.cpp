@@ -253,7 +253,7 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
 
 std::size_t move_pages(void* src, std::size_t len, void* dst) {
   // Where a refusal can be foreseen, nothing is tried: a kernel before
-  // 6.12 unmaps the destination before it checks the source and the
+  // 6.17 unmaps the destination before it checks the source and the
   // limits, so a refused mremap there would leave a hole where the caller
   // copies or commits next (RLIMIT_AS, RLIMIT_DATA and overcommit mode 2
   // are checked after that unmap, and so is a range of several mappings,

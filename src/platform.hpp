@@ -61,7 +61,7 @@ int munlockall();
 // staying a mapping of its own: docs/design-notes.md, "Mappings"), each
 // asked of the kernel (PROCMAP_QUERY, Linux 6.11), and only where
 // mremap_growth_ok(): nothing is moved (0) where the mappings cannot be
-// asked or a refusal can be foreseen, since kernels before 6.12 unmap the
+// asked or a refusal can be foreseen, since kernels before 6.17 unmap the
 // destination before most of their checks (a refused move would leave a
 // hole there).
 std::size_t move_pages(void* src, std::size_t len, void* dst);
