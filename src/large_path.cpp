@@ -173,7 +173,8 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
     const Extent to{s, pl->need};
     char* base = to.base(a_);
     if (ops_.commit(base + warm.bytes(), fresh) == pal::Commit::ok) {
-      const std::size_t moved = ops_.move_pages(warm.base(a_), warm.bytes(), base);
+      bool refused = false;
+      const std::size_t moved = ops_.move_pages(warm.base(a_), warm.bytes(), base, &refused);
       if (moved == warm.bytes()) {
         // MREMAP_DONTUNMAP left the old range mapped and empty: reserve it
         // again, and it is free range.
@@ -194,7 +195,9 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
         // A front that did move (the kernel refused a later mapping) is
         // free pages, nobody's data: dropped, and the warm extent goes back
         // with its front empty.
-        if (moved != 0) ops_.decommit(base, moved);
+        // A refused call may have unmapped the rest of the head first: it
+        // is mapped again (reserved) before the extent goes back to the range.
+        if (moved != 0 || refused) ops_.decommit(base, refused ? warm.bytes() : moved);
       }
     }
     if (!done) a_.release(to.start, to.n);
@@ -594,10 +597,13 @@ Result LargePath::move_block(Change& c, void** out) {
       return refusal(r);
     }
   }
-  const std::size_t moved_bytes = ops_.move_pages(c.old.base(a_), old_bytes, nbase);
+  bool refused = false;
+  const std::size_t moved_bytes = ops_.move_pages(c.old.base(a_), old_bytes, nbase, &refused);
   const bool moved = moved_bytes == old_bytes;
   if (!moved) {
-    if (Result r = copy_instead(c, to, warm, moved_bytes); r != Result::ok) return r;
+    // A refused call may have unmapped the head's rest first (a cached
+    // block's pages too): the copy commits it again, as for a fresh extent.
+    if (Result r = copy_instead(c, to, warm && !refused, moved_bytes); r != Result::ok) return r;
   } else {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }

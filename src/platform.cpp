@@ -251,7 +251,8 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
 
 }  // namespace
 
-std::size_t move_pages(void* src, std::size_t len, void* dst) {
+std::size_t move_pages(void* src, std::size_t len, void* dst, bool* refused) {
+  *refused = false;
   // Where a refusal can be foreseen, nothing is tried: a kernel before
   // 6.17 unmaps the destination before it checks the source and the
   // limits, so a refused mremap there would leave a hole where the caller
@@ -277,8 +278,10 @@ std::size_t move_pages(void* src, std::size_t len, void* dst) {
     while (done < len) {
       const std::size_t piece = mapping_left(fd, s + done, len - done);
       if (piece == 0) break;
-      if (::mremap(s + done, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, d + done) != d + done)
+      if (::mremap(s + done, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, d + done) != d + done) {
+        *refused = true;
         break;
+      }
       done += piece;
     }
     ::close(fd);

@@ -63,8 +63,11 @@ int munlockall();
 // mremap_growth_ok(): nothing is moved (0) where the mappings cannot be
 // asked or a refusal can be foreseen, since kernels before 6.17 unmap the
 // destination before most of their checks (a refused move would leave a
-// hole there).
-std::size_t move_pages(void* src, std::size_t len, void* dst);
+// hole there). *refused: an mremap was made and refused, so the kernel may
+// have unmapped [dst+moved, ...) first (every kernel does before move_vma,
+// which can still fail: out of memory, KSM): the caller maps that range
+// again before using it.
+std::size_t move_pages(void* src, std::size_t len, void* dst, bool* refused);
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
 // when it does not, or when it cannot be told (an older kernel, no /proc).
@@ -191,7 +194,7 @@ void yield();
 struct PageOps {
   Commit (*commit)(void* p, std::size_t len);
   void (*decommit)(void* p, std::size_t len);
-  std::size_t (*move_pages)(void* src, std::size_t len, void* dst);
+  std::size_t (*move_pages)(void* src, std::size_t len, void* dst, bool* refused);
   void (*advise_hugepage)(void* p, std::size_t len);
   bool (*overcommit_refuses)(std::size_t len);
   std::size_t (*resident)(const void* p, std::size_t len);

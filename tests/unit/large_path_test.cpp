@@ -40,6 +40,7 @@ struct Faults {
   pal::Commit fail_as = pal::Commit::refused;
   bool refuse_move = false;
   std::size_t move_only = 0;  // a move stops after this many bytes (0: none), as a kernel refusing a later mapping
+  bool unmap_on_refusal = false;  // a refused move unmaps the destination's rest first
   bool refuse_overcommit = false;
   int commits = 0, moves = 0;
   bool moved = false;  // the last real move_pages succeeded (valgrind refuses MREMAP_DONTUNMAP)
@@ -57,12 +58,17 @@ pal::Commit fake_commit(void* p, std::size_t len) {
   }
   return pal::commit(p, len);
 }
-std::size_t fake_move(void* src, std::size_t len, void* dst) {
+std::size_t fake_move(void* src, std::size_t len, void* dst, bool* refused) {
   ++faults.moves;
   std::size_t want = faults.refuse_move ? 0 : len;
   if (faults.move_only != 0 && faults.move_only < want) want = faults.move_only;
-  faults.moved_bytes = want == 0 ? 0 : pal::move_pages(src, want, dst);
+  faults.moved_bytes = want == 0 ? 0 : pal::move_pages(src, want, dst, refused);
   faults.moved = faults.moved_bytes == len;
+  *refused = !faults.moved;
+  // As every kernel may before a late refusal (move_vma out of memory):
+  // the destination's rest unmapped.
+  if (!faults.moved && faults.unmap_on_refusal)
+    munmap(static_cast<char*>(dst) + faults.moved_bytes, len - faults.moved_bytes);
   return faults.moved_bytes;
 }
 bool fake_overcommit(std::size_t len) { return faults.refuse_overcommit || pal::overcommit_refuses(len); }
@@ -332,6 +338,48 @@ TEST_CASE("large path: a move refused part-way keeps every byte (the front moved
   bool zero = true;
   for (std::size_t i = 0; i < (2u << 20) - old_usable; ++i) zero &= tail[i] == 0;
   CHECK(zero);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
+// Every kernel unmaps a move's destination before move_vma, which can still
+// refuse (out of memory, KSM): a cached block the move was going into is
+// then a hole, and the copy must map it again before writing.
+TEST_CASE("large path: a move refused after the kernel unmapped its destination: mapped again, every byte kept") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  void* spare = r.alloc(std::size_t{2} << 20);
+  void* after = r.alloc(64 << 10);  // keeps the spare block's extent from joining free space
+  r.path.release(spare, "test");
+  REQUIRE(r.cache.cached_bytes() != 0);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 13);
+  faults.move_only = GENERATE(std::size_t{0}, std::size_t{64} << 10);
+  faults.refuse_move = faults.move_only == 0;
+  faults.unmap_on_refusal = true;
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(same(q, old_usable, 13));
+  // The whole range is mapped again (msync fails with ENOMEM over a hole).
+  CHECK(msync(reinterpret_cast<void*>(r.a.base()), r.a.size(), MS_ASYNC) == 0);
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+  r.path.release(after, "test");
+}
+
+TEST_CASE("large path: a miss whose move into a fresh extent is refused after an unmap leaves no hole") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(2 << 20);
+  fill(p, r.path.usable(p, "test"), 21);
+  void* blocker = r.alloc(1 << 20);
+  r.path.release(p, "test");
+  faults.refuse_move = true;
+  faults.unmap_on_refusal = true;
+  void* q = r.alloc(5 << 20);
+  CHECK(faults.moves == 1);
+  CHECK(msync(reinterpret_cast<void*>(r.a.base()), r.a.size(), MS_ASYNC) == 0);
   r.path.release(q, "test");
   r.path.release(blocker, "test");
 }
