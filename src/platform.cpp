@@ -221,13 +221,20 @@ struct ProcmapQuery {
 static_assert(sizeof(ProcmapQuery) == 104, "PROCMAP_QUERY's struct is 104 bytes");
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 
+// Set once PROCMAP_QUERY was answered ENOTTY (a kernel before 6.11): every
+// later question would get the same answer, so /proc is not opened again
+// for it (each realloc that moves a block would otherwise pay an open, a
+// refused ioctl and a close to learn that nothing can be moved).
+std::atomic<bool> query_missing{false};
+
 // /proc/self/maps, to be asked with PROCMAP_QUERY, or -1. Opened each time,
 // not kept: a program closing every descriptor it did not open (daemons
 // do) would leave a kept one pointing at its next file. Read only, never
-// created; a regular file only (procfs's are; whatever a chroot put at
-// that path gets no ioctl).
+// created, not through a link at the last step; a regular file only
+// (procfs's are; whatever a chroot put at that path gets no ioctl).
 int open_maps() {
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (query_missing.load(std::memory_order_relaxed)) return -1;
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
   if (fd < 0) return -1;
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -244,7 +251,11 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
   ProcmapQuery q{};
   q.size = sizeof q;
   q.query_addr = reinterpret_cast<std::uintptr_t>(p);  // flags 0: the mapping covering it
-  if (::ioctl(fd, kProcmapQuery, &q) != 0 || q.vma_start > q.query_addr || q.vma_end <= q.query_addr) return 0;
+  if (::ioctl(fd, kProcmapQuery, &q) != 0) {
+    if (errno == ENOTTY) query_missing.store(true, std::memory_order_relaxed);
+    return 0;
+  }
+  if (q.vma_start > q.query_addr || q.vma_end <= q.query_addr) return 0;
   const std::uint64_t left = q.vma_end - q.query_addr;
   return left < len ? static_cast<std::size_t>(left) : len;
 }
