@@ -172,10 +172,10 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
     // nothing can fail.
     const Extent to{s, pl->need};
     char* base = to.base(a_);
+    bool lost = false;
     if (ops_.commit(base + warm.bytes(), fresh) == pal::Commit::ok) {
-      bool refused = false;
-      const std::size_t moved = ops_.move_pages(warm.base(a_), warm.bytes(), base, &refused);
-      if (moved == warm.bytes()) {
+      const pal::Moved m = move_into(warm.base(a_), warm.bytes(), to);
+      if (m.bytes == warm.bytes()) {
         // MREMAP_DONTUNMAP left the old range mapped and empty: reserve it
         // again, and it is free range.
         ops_.decommit(warm.base(a_), warm.bytes());
@@ -189,18 +189,22 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
         // never merged with the tail), as is one numpy advised in part:
         // once refused, this process stops moving cached blocks into misses
         // (growing them in place goes on), rather than pay a commit and a
-        // refused mremap on each later miss.
-        moves_refused_.store(true, std::memory_order_relaxed);
+        // refused mremap on each later miss. (Not where nothing was tried:
+        // a fork under way, no held-out slot.)
+        if (m.refused != 0 || m.bytes != 0) moves_refused_.store(true, std::memory_order_relaxed);
         ops_.decommit(base + warm.bytes(), fresh);
         // A front that did move (the kernel refused a later mapping) is
         // free pages, nobody's data: dropped, and the warm extent goes back
-        // with its front empty.
-        // A refused call may have unmapped the rest of the head first: it
-        // is mapped again (reserved) before the extent goes back to the range.
-        if (moved != 0 || refused) ops_.decommit(base, refused ? warm.bytes() : moved);
+        // with its front empty. A refused call may have unmapped its piece
+        // first: reserved again by move_pages, or lost (move_into kept the
+        // extent out for good, so it is not released; the rest of its head
+        // was never committed).
+        lost = m.lost;
+        if (m.lost) ops_.decommit(base, m.bytes);
+        else if (m.bytes != 0 || m.refused != 0) ops_.decommit(base, m.refused != 0 ? warm.bytes() : m.bytes);
       }
     }
-    if (!done) a_.release(to.start, to.n);
+    if (!done && !lost) a_.release(to.start, to.n);
   }
   if (done) {
     large::space.mapped.fetch_add(fresh, std::memory_order_relaxed);
@@ -470,6 +474,59 @@ void LargePath::lose(int slot, Extent e) {
   large::space.lost.fetch_add(e.bytes(), std::memory_order_relaxed);
 }
 
+// move_pages into the front of `to`, held out of contains() for the call,
+// since a refused call may leave a hole there for a moment (the kernel
+// unmaps a move's destination before its last checks) that another
+// thread's mmap may take: a pointer in it is theirs. Where the hole's
+// piece cannot be told ours again (Moved.lost), `to` is kept out for good
+// (lose) and the caller must neither map over it nor release it. Nothing
+// is moved (a copy instead) where no window can be opened: a fork under
+// way, every held-out slot taken, or kLostMax extents lost already.
+pal::Moved LargePath::move_into(char* src, std::size_t len, Extent to) {
+  if (!a_.may_hold_out()) return {};
+  const int slot = a_.hold_out(to.start, to.n);
+  if (slot < 0) return {};
+  if (!open_hole()) {
+    a_.put_back(slot);
+    return {};
+  }
+  const pal::Moved m = ops_.move_pages(src, len, to.base(a_));
+  close_hole();
+  if (m.lost) lose(slot, to);
+  else a_.put_back(slot);
+  return m;
+}
+
+// A move into `to` that the kernel refused part-way, where the refused
+// piece may now be someone else's mapping (move_into lost `to`): the block
+// stays where it was and the realloc fails as out of memory (the refusal
+// was the kernel's: out of memory, or KSM interrupted). The moved front
+// goes back into the old extent, still mapped and empty there
+// (MREMAP_DONTUNMAP); what lowtide committed of `to` outside the piece is
+// dropped, and `to` is never released (it may hold that mapping).
+Result LargePath::undo_lost_move(Change& c, Extent to, bool warm, const pal::Moved& m) {
+  char* nbase = to.base(a_);
+  const std::size_t old_bytes = c.old.bytes();
+  if (m.bytes != 0) {
+    std::memcpy(c.old.base(a_), nbase, m.bytes);
+    ops_.decommit(nbase, m.bytes);
+  }
+  const std::size_t past = m.bytes + m.refused;  // the end of the lost piece
+  if (warm) {
+    // A cached block, committed whole: its pages behind the piece dropped,
+    // and it is no longer mapped lowtide memory.
+    if (past < to.bytes()) ops_.decommit(nbase + past, to.bytes() - past);
+    large::space.mapped.fetch_sub(to.bytes(), std::memory_order_relaxed);
+    stats::add(c.st, stats::large_returned_bytes, to.bytes());
+    stats::add(c.st, stats::large_released_room, to.bytes());
+  } else {
+    // Its tail was committed for the move; its head between the piece and
+    // the tail is still reserved.
+    ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
+  }
+  return Result::no_memory;
+}
+
 // Grow in place by carving the adjacent free extent: no copy, no move.
 bool LargePath::grow_in_place(Change& c) {
   if (!a_.grow(c.old.start, c.old.n, c.need)) return false;
@@ -597,13 +654,14 @@ Result LargePath::move_block(Change& c, void** out) {
       return refusal(r);
     }
   }
-  bool refused = false;
-  const std::size_t moved_bytes = ops_.move_pages(c.old.base(a_), old_bytes, nbase, &refused);
-  const bool moved = moved_bytes == old_bytes;
+  const pal::Moved m = move_into(obase, old_bytes, to);
+  if (m.lost) return undo_lost_move(c, to, warm, m);
+  const bool moved = m.bytes == old_bytes;
   if (!moved) {
-    // A refused call may have unmapped the head's rest first (a cached
-    // block's pages too): the copy commits it again, as for a fresh extent.
-    if (Result r = copy_instead(c, to, warm && !refused, moved_bytes); r != Result::ok) return r;
+    // A refused call may have unmapped its piece first (a cached block's
+    // pages too), reserved again since: the copy commits it again, as for
+    // a fresh extent.
+    if (Result r = copy_instead(c, to, warm && m.refused == 0, m.bytes); r != Result::ok) return r;
   } else {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }

@@ -81,6 +81,8 @@ class LargePath {
   bool open_hole();
   void close_hole();
   void lose(int slot, Extent e);
+  pal::Moved move_into(char* src, std::size_t len, Extent to);
+  Result undo_lost_move(Change& c, Extent to, bool warm, const pal::Moved& m);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
   // moved: bytes of the old extent's front move_pages moved before it was refused.

@@ -262,15 +262,28 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
 
 }  // namespace
 
-std::size_t move_pages(void* src, std::size_t len, void* dst, bool* refused) {
-  *refused = false;
+namespace {
+// Whether [p, p+len) is mapped throughout (fd: open_maps()).
+bool covered(int fd, const char* p, std::size_t len) {
+  for (std::size_t at = 0; at < len;) {
+    const std::size_t piece = mapping_left(fd, p + at, len - at);
+    if (piece == 0) return false;
+    at += piece;
+  }
+  return true;
+}
+bool recover(int fd, char* p, std::size_t len) { return (fd >= 0 && covered(fd, p, len)) || fill_hole(p, len); }
+}  // namespace
+
+Moved move_pages(void* src, std::size_t len, void* dst) {
+  Moved m;
   // Where a refusal can be foreseen, nothing is tried: a kernel before
   // 6.17 unmaps the destination before it checks the source and the
   // limits, so a refused mremap there would leave a hole where the caller
   // copies or commits next (RLIMIT_AS, RLIMIT_DATA and overcommit mode 2
   // are checked after that unmap, and so is a range of several mappings,
   // which kernels before 6.17 refuse).
-  if (!mremap_growth_ok()) return 0;
+  if (!mremap_growth_ok()) return m;
   const int saved = errno;
   auto* s = static_cast<char*>(src);
   auto* d = static_cast<char*>(dst);
@@ -284,21 +297,31 @@ std::size_t move_pages(void* src, std::size_t len, void* dst, bool* refused) {
   // Where the mappings cannot be asked (before 6.11, no /proc) nothing is
   // moved: the caller copies.
   const int fd = open_maps();
-  std::size_t done = 0;
   if (fd >= 0) {
-    while (done < len) {
-      const std::size_t piece = mapping_left(fd, s + done, len - done);
+    while (m.bytes < len) {
+      const std::size_t piece = mapping_left(fd, s + m.bytes, len - m.bytes);
       if (piece == 0) break;
-      if (::mremap(s + done, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, d + done) != d + done) {
-        *refused = true;
+      char* to = d + m.bytes;
+      if (::mremap(s + m.bytes, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) != to) {
+        m.refused = piece;
+        m.lost = !recover(fd, to, piece);
         break;
       }
-      done += piece;
+      m.bytes += piece;
     }
     ::close(fd);
   }
   errno = saved;
-  return done;
+  return m;
+}
+
+bool recover_destination(void* p, std::size_t len) {
+  const int saved = errno;
+  const int fd = open_maps();
+  const bool ours = recover(fd, static_cast<char*>(p), len);
+  if (fd >= 0) ::close(fd);
+  errno = saved;
+  return ours;
 }
 
 bool one_mapping(const void* p, std::size_t len) {

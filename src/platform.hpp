@@ -54,20 +54,43 @@ int mlockall(int flags);
 int munlockall();
 // Move the pages of [src, src+len) to dst (which must be a reservation of
 // ours) without unmapping src: MREMAP_DONTUNMAP keeps src mapped, so no hole
-// appears. Returns how many bytes moved, from the front: len, or less where
-// the kernel refused part (vm.max_map_count, a mapping it will not move).
-// Then [src, src+moved) is mapped and empty and [dst, dst+moved) holds
-// those pages; the rest is where it was. Moved a mapping at a time (each
-// staying a mapping of its own: docs/design-notes.md, "Mappings"), each
-// asked of the kernel (PROCMAP_QUERY, Linux 6.11), and only where
+// appears. Moved.bytes: how many bytes moved, from the front: len, or less
+// where the kernel refused part (vm.max_map_count, a mapping it will not
+// move). Then [src, src+bytes) is mapped and empty and [dst, dst+bytes)
+// holds those pages; the rest is where it was. Moved a mapping at a time
+// (each staying a mapping of its own: docs/design-notes.md, "Mappings"),
+// each asked of the kernel (PROCMAP_QUERY, Linux 6.11), and only where
 // mremap_growth_ok(): nothing is moved (0) where the mappings cannot be
 // asked or a refusal can be foreseen, since kernels before 6.17 unmap the
 // destination before most of their checks (a refused move would leave a
-// hole there). *refused: an mremap was made and refused, so the kernel may
-// have unmapped [dst+moved, ...) first (every kernel does before move_vma,
-// which can still fail: out of memory, KSM): the caller maps that range
-// again before using it.
-std::size_t move_pages(void* src, std::size_t len, void* dst, bool* refused);
+// hole there).
+//
+// Moved.refused: the length of an mremap that was made and refused, at
+// dst+bytes (0: none was). Every kernel unmaps a move's destination before
+// move_vma, which can still fail (out of memory, KSM), so that piece may
+// have been a hole for a moment, which another thread's mmap may have
+// taken. recover_destination decides: Moved.lost false, the piece is ours
+// (as it was, or reserved again: its data, a cached block's pages, may be
+// gone, so the caller commits it before use); true, it may be someone
+// else's now, and the caller must never map over it (Arena::keep_out). The
+// caller holds dst out of Arena::contains for the call (a pointer into a
+// mapping someone made in the hole is theirs).
+struct Moved {
+  std::size_t bytes = 0;
+  std::size_t refused = 0;
+  bool lost = false;
+};
+Moved move_pages(void* src, std::size_t len, void* dst);
+// After a refused mremap into [p, p+len): true where it is ours. Mapped
+// throughout (PROCMAP_QUERY), it was not unmapped (kernels from 6.17 make
+// their checks first, and a mapping they will not move, a sealed one or one
+// a userfaultfd watches, is refused that way); else it is mapped again
+// as reservation (fill_hole, MAP_FIXED_NOREPLACE), which fails where any of
+// it was taken. Left undecided: a mapping someone made that covers exactly
+// the piece and merged with ours on both sides looks like the piece never
+// unmapped (it takes a refused move, then an mmap of the same flags landing
+// in those microseconds on that very spot).
+bool recover_destination(void* p, std::size_t len);
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
 // when it does not, or when it cannot be told (an older kernel, no /proc).
@@ -194,7 +217,7 @@ void yield();
 struct PageOps {
   Commit (*commit)(void* p, std::size_t len);
   void (*decommit)(void* p, std::size_t len);
-  std::size_t (*move_pages)(void* src, std::size_t len, void* dst, bool* refused);
+  Moved (*move_pages)(void* src, std::size_t len, void* dst);
   void (*advise_hugepage)(void* p, std::size_t len);
   bool (*overcommit_refuses)(std::size_t len);
   std::size_t (*resident)(const void* p, std::size_t len);

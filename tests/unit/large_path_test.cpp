@@ -45,6 +45,10 @@ struct Faults {
   int commits = 0, moves = 0;
   bool moved = false;  // the last real move_pages succeeded (valgrind refuses MREMAP_DONTUNMAP)
   std::size_t moved_bytes = 0;  // what the last move_pages moved
+  bool taken_in_hole = false;  // another mapping takes a page of a refused move's hole (unmap_on_refusal)
+  void* taken = nullptr;  // that page
+  void* last_dst = nullptr;
+  bool dst_held = false;  // contains() said no for the destination during the last move
 };
 Faults faults;
 
@@ -58,18 +62,31 @@ pal::Commit fake_commit(void* p, std::size_t len) {
   }
   return pal::commit(p, len);
 }
-std::size_t fake_move(void* src, std::size_t len, void* dst, bool* refused) {
+pal::Moved fake_move(void* src, std::size_t len, void* dst) {
   ++faults.moves;
+  faults.dst_held = !test_arena().contains(dst);
   std::size_t want = faults.refuse_move ? 0 : len;
   if (faults.move_only != 0 && faults.move_only < want) want = faults.move_only;
-  faults.moved_bytes = want == 0 ? 0 : pal::move_pages(src, want, dst, refused);
-  faults.moved = faults.moved_bytes == len;
-  *refused = !faults.moved;
-  // As every kernel may before a late refusal (move_vma out of memory):
-  // the destination's rest unmapped.
-  if (!faults.moved && faults.unmap_on_refusal)
-    munmap(static_cast<char*>(dst) + faults.moved_bytes, len - faults.moved_bytes);
-  return faults.moved_bytes;
+  pal::Moved m;
+  if (want != 0) m = pal::move_pages(src, want, dst);
+  faults.moved_bytes = m.bytes;
+  faults.moved = m.bytes == len;
+  faults.last_dst = dst;
+  if (!faults.moved) {
+    // The kernel refusing the next mapping (valgrind refuses them all), as
+    // every kernel may after unmapping the destination (move_vma out of
+    // memory), and another thread's mmap taking part of that hole meanwhile.
+    char* piece = static_cast<char*>(dst) + m.bytes;
+    m.refused = len - m.bytes;
+    if (faults.unmap_on_refusal) munmap(piece, m.refused);
+    if (faults.taken_in_hole) {
+      faults.taken = mmap(piece + m.refused / 2, 4096, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (faults.taken != MAP_FAILED) std::memset(faults.taken, 0x5a, 4096);
+    }
+    m.lost = !pal::recover_destination(piece, m.refused);
+  }
+  return m;
 }
 bool fake_overcommit(std::size_t len) { return faults.refuse_overcommit || pal::overcommit_refuses(len); }
 
@@ -400,6 +417,66 @@ TEST_CASE("large path: a miss whose move into a fresh extent is refused after an
   r.path.release(blocker, "test");
 }
 
+// The same refusal, with another thread's mmap taking a page of the hole
+// before move_pages could map it again: that extent is never mapped over
+// nor reused, pointers into it are not the large path's, and the realloc
+// fails as out of memory with the block as it was.
+TEST_CASE("large path: a refused move whose hole someone else's mapping took loses that extent, never maps over it") {
+  Rig r(std::size_t{64} << 20);
+  const bool into_cached = GENERATE(false, true);
+  void* p = r.alloc(512 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  void* spare = nullptr;
+  void* after = nullptr;
+  if (into_cached) {
+    spare = r.alloc(std::size_t{2} << 20);
+    after = r.alloc(64 << 10);  // keeps the spare block's extent from joining free space
+    r.path.release(spare, "test");
+    REQUIRE(r.cache.cached_bytes() != 0);
+  }
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 17);
+  faults.move_only = 128 << 10;
+  faults.unmap_on_refusal = true;
+  faults.taken_in_hole = true;
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  const std::size_t mapped0 = lowtide::large::space.mapped.load();
+  void* q = nullptr;
+  CHECK(r.path.resize(p, 2 << 20, &q) == Result::no_memory);
+  CHECK(faults.moves == 1);
+  CHECK(faults.dst_held);  // held out of contains() for the move
+  REQUIRE(faults.taken != MAP_FAILED);
+  const std::size_t lost = lowtide::large::space.lost.load() - lost0;
+  CHECK(lost >= (2u << 20));
+  // The block as it was, its moved front copied back.
+  CHECK(r.path.usable(p, "test") == old_usable);
+  CHECK(same(p, old_usable, 17));
+  // The other mapping untouched, and not the large path's.
+  const auto* t = static_cast<const unsigned char*>(faults.taken);
+  bool intact = true;
+  for (std::size_t i = 0; i < 4096; ++i) intact &= t[i] == 0x5a;
+  CHECK(intact);
+  CHECK_FALSE(r.a.contains(faults.taken));
+  // What lowtide had committed of the lost extent is dropped (a cached
+  // block's pages no longer count as mapped).
+  CHECK(lowtide::large::space.mapped.load() == mapped0 - (into_cached ? lost : 0));
+  // The block still grows, elsewhere.
+  char* lost_base = static_cast<char*>(faults.last_dst);
+  void* taken = faults.taken;
+  faults = Faults{};
+  REQUIRE(r.path.resize(p, 2 << 20, &q) == Result::ok);
+  CHECK(same(q, old_usable, 17));
+  CHECK_FALSE((static_cast<char*>(q) >= lost_base && static_cast<char*>(q) < lost_base + lost));
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+  if (after != nullptr) r.path.release(after, "test");
+  // Cleanup for the next case: the lost extent unmapped, mapped again and
+  // released.
+  munmap(taken, 4096);
+  munmap(lost_base, lost);
+  reclaim_lost(r.a, lost_base, lost);
+}
+
 TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {
   Rig r;
   void* p = r.alloc(256 << 10);
@@ -676,8 +753,10 @@ TEST_CASE("large path: no hole is opened while a fork is being prepared") {
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
   lowtide::large::fork_holes_done(false);
   CHECK_FALSE(lowtide::large::space.forking.load());
-  CHECK(grow_faults.grows == 0);  // the move into a committed tail, no hole
-  CHECK(faults.moves == 1);
+  // Neither move: a refused mremap may leave a hole in its destination
+  // too (move_into), so the block is copied.
+  CHECK(grow_faults.grows == 0);
+  CHECK(faults.moves == 0);
   CHECK(lowtide::large::space.holes.load() == 0);
   CHECK(same(q, 256 << 10, 19));
   // A window left open (fork from a signal handler on its thread) does not
