@@ -263,16 +263,21 @@ std::size_t mapping_left(int fd, const void* p, std::size_t len) {
 }  // namespace
 
 namespace {
-// Whether [p, p+len) is mapped throughout (fd: open_maps()).
-bool covered(int fd, const char* p, std::size_t len) {
+// Whether [p, p+len) (page-aligned) is mapped throughout: mincore fails
+// with ENOMEM over any part that is not (its residency answer is not
+// wanted; 512 bytes of vector cover 2 MiB a call, and this runs only
+// after a refused move).
+bool covered(const char* p, std::size_t len) {
+  unsigned char vec[512];
   for (std::size_t at = 0; at < len;) {
-    const std::size_t piece = mapping_left(fd, p + at, len - at);
-    if (piece == 0) return false;
-    at += piece;
+    std::size_t n = (len - at) / kPageSize;
+    n = n < sizeof vec ? n : sizeof vec;
+    if (::mincore(const_cast<char*>(p) + at, n * kPageSize, vec) != 0 && errno == ENOMEM) return false;
+    at += n * kPageSize;
   }
   return true;
 }
-bool recover(int fd, char* p, std::size_t len) { return (fd >= 0 && covered(fd, p, len)) || fill_hole(p, len); }
+bool recover(char* p, std::size_t len) { return covered(p, len) || fill_hole(p, len); }
 }  // namespace
 
 Moved move_pages(void* src, std::size_t len, void* dst) {
@@ -294,32 +299,40 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
   // one it cannot move (one a userfaultfd watches, a sealed one) with the
   // ones before it moved (issue 13's realloc lost those bytes). So a
   // refusal part-way says how much moved, and the caller copies the rest.
-  // Where the mappings cannot be asked (before 6.11, no /proc) nothing is
-  // moved: the caller copies.
+  const auto move = [&](std::size_t piece) {
+    char* to = d + m.bytes;
+    if (::mremap(s + m.bytes, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) == to) {
+      m.bytes += piece;
+      return true;
+    }
+    m.refused = piece;
+    m.lost = !recover(to, piece);
+    return false;
+  };
   const int fd = open_maps();
   if (fd >= 0) {
     while (m.bytes < len) {
       const std::size_t piece = mapping_left(fd, s + m.bytes, len - m.bytes);
-      if (piece == 0) break;
-      char* to = d + m.bytes;
-      if (::mremap(s + m.bytes, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) != to) {
-        m.refused = piece;
-        m.lost = !recover(fd, to, piece);
-        break;
-      }
-      m.bytes += piece;
+      if (piece == 0 || !move(piece)) break;
     }
     ::close(fd);
   }
+  // A kernel that answered PROCMAP_QUERY with ENOTTY is older than 6.11
+  // (Debian 12's 6.1), so older than 6.17: it moves a range whole or not
+  // at all (several mappings: EFAULT, after it unmapped the destination,
+  // which move() maps again). The whole range in one call, then. Not
+  // where the question could not be asked at all (no /proc: a kernel that
+  // may move part of a range and stop).
+  if (m.bytes == 0 && m.refused == 0 && query_missing.load(std::memory_order_relaxed)) move(len);
   errno = saved;
   return m;
 }
 
+void set_procmap_query_missing(bool missing) { query_missing.store(missing, std::memory_order_relaxed); }
+
 bool recover_destination(void* p, std::size_t len) {
   const int saved = errno;
-  const int fd = open_maps();
-  const bool ours = recover(fd, static_cast<char*>(p), len);
-  if (fd >= 0) ::close(fd);
+  const bool ours = recover(static_cast<char*>(p), len);
   errno = saved;
   return ours;
 }

@@ -60,10 +60,13 @@ int munlockall();
 // holds those pages; the rest is where it was. Moved a mapping at a time
 // (each staying a mapping of its own: docs/design-notes.md, "Mappings"),
 // each asked of the kernel (PROCMAP_QUERY, Linux 6.11), and only where
-// mremap_growth_ok(): nothing is moved (0) where the mappings cannot be
-// asked or a refusal can be foreseen, since kernels before 6.17 unmap the
-// destination before most of their checks (a refused move would leave a
-// hole there).
+// mremap_growth_ok(): nothing is moved (0) where a refusal can be
+// foreseen, since kernels before 6.17 unmap the destination before most of
+// their checks (a refused move would leave a hole there). A kernel that
+// answers PROCMAP_QUERY with ENOTTY (before 6.11) gets the whole range in
+// one call, which it moves whole or refuses whole; where /proc cannot be
+// opened nothing is moved (such a kernel may be one that moves part of a
+// range and stops).
 //
 // Moved.refused: the length of an mremap that was made and refused, at
 // dst+bytes (0: none was). Every kernel unmaps a move's destination before
@@ -82,7 +85,7 @@ struct Moved {
 };
 Moved move_pages(void* src, std::size_t len, void* dst);
 // After a refused mremap into [p, p+len): true where it is ours. Mapped
-// throughout (PROCMAP_QUERY), it was not unmapped (kernels from 6.17 make
+// throughout (mincore), it was not unmapped (kernels from 6.17 make
 // their checks first, and a mapping they will not move, a sealed one or one
 // a userfaultfd watches, is refused that way); else it is mapped again
 // as reservation (fill_hole, MAP_FIXED_NOREPLACE), which fails where any of
@@ -91,6 +94,9 @@ Moved move_pages(void* src, std::size_t len, void* dst);
 // unmapped (it takes a refused move, then an mmap of the same flags landing
 // in those microseconds on that very spot).
 bool recover_destination(void* p, std::size_t len);
+// For tests: as if the kernel had answered PROCMAP_QUERY with ENOTTY (true),
+// or had not yet been asked (false).
+void set_procmap_query_missing(bool missing);
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
 // when it does not, or when it cannot be told (an older kernel, no /proc).

@@ -477,6 +477,36 @@ TEST_CASE("large path: a refused move whose hole someone else's mapping took los
   reclaim_lost(r.a, lost_base, lost);
 }
 
+// A kernel older than 6.11 answers PROCMAP_QUERY with ENOTTY: the block
+// is moved in one call, which such a kernel makes whole or refuses whole
+// (Debian 12's 6.1). Before, every such move was a copy.
+TEST_CASE("platform: without PROCMAP_QUERY a block moves in one call") {
+  const std::size_t len = std::size_t{1} << 20;
+  auto* src = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* dst = static_cast<char*>(mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(src != MAP_FAILED);
+  REQUIRE(dst != MAP_FAILED);
+  fill(src, len, 23);
+  pal::set_procmap_query_missing(true);
+  const pal::Moved m = pal::move_pages(src, len, dst);
+  pal::set_procmap_query_missing(false);
+  if (under_valgrind()) {
+    // valgrind refuses MREMAP_DONTUNMAP: refused whole, the destination
+    // still mapped, so ours.
+    WARN("valgrind refuses MREMAP_DONTUNMAP: only the refusal is exercised");
+    CHECK(m.bytes == 0);
+    CHECK(m.refused == len);
+    CHECK_FALSE(m.lost);
+    CHECK(same(src, len, 23));
+  } else {
+    CHECK(m.bytes == len);
+    CHECK(m.refused == 0);
+    CHECK(same(dst, len, 23));
+  }
+  munmap(src, len);
+  munmap(dst, len);
+}
+
 TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {
   Rig r;
   void* p = r.alloc(256 << 10);
