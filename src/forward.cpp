@@ -13,9 +13,23 @@ Winner winner{};
 std::atomic<bool> probe_hit{false};
 
 namespace {
+// Whether f is a function of lowtide's own object.
+bool ours(void* f) {
+  Dl_info mine{}, its{};
+  return dladdr(reinterpret_cast<void*>(&detect), &mine) != 0 && dladdr(f, &its) != 0 &&
+         mine.dli_fbase == its.dli_fbase;
+}
+
 template <typename F>
 bool bind(F* slot, const char* name) {
   void* f = dlsym(RTLD_DEFAULT, name);
+  // The winner may not define this one (an executable that defines only
+  // malloc, free, calloc and realloc, as glibc's manual allows; jemalloc and
+  // mimalloc have no malloc_trim): the global lookup then finds lowtide's
+  // own, and forwarding to it would call itself forever (a process spinning
+  // in malloc_trim). What the program reaches without lowtide is the next
+  // definition after lowtide's: glibc's.
+  if (f != nullptr && ours(f)) f = dlsym(RTLD_NEXT, name);
   *slot = reinterpret_cast<F>(f);
   return f != nullptr;
 }

@@ -394,10 +394,8 @@ void exit_now(int status) {
 void print_stats() { report::write("stderr", report::kText); }
 
 int print_info(int options, FILE* fp) {
-  if (options != 0) {
-    errno = EINVAL;
-    return -1;
-  }
+  // glibc's contract: the error is the return value, errno untouched.
+  if (options != 0) return EINVAL;
   struct mallinfo2 m = info();
   std::fprintf(fp,
                "<malloc version=\"lowtide-" LOWTIDE_VERSION "\">\n"

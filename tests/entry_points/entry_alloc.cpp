@@ -220,6 +220,17 @@ void test_trim_mallinfo() {
   struct mallinfo2 mi = mallinfo2();
   (void)opaque(mi.arena);
   (void)opaque(mi.uordblks);
+  // malloc_info: options other than 0 are refused with EINVAL as the
+  // return value, errno untouched (glibc 2.36); 0 writes an XML document.
+  char buf[4096] = {};
+  FILE* f = fmemopen(buf, sizeof buf - 1, "w");
+  CHECK(f != nullptr, "fmemopen");
+  errno = 0;
+  r = malloc_info(1, f);
+  CHECK(r == EINVAL && errno == 0, "malloc_info(1) returned %d, errno %d", r, errno);
+  r = malloc_info(0, f);
+  std::fclose(f);
+  CHECK(r == 0 && std::strncmp(buf, "<malloc version=", 16) == 0, "malloc_info(0) returned %d: %.40s", r, buf);
   release(s);
 }
 
