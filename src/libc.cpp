@@ -14,6 +14,7 @@
 #include "init.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
+#include "mem_limit.hpp"
 #include "route.hpp"
 #include "log.hpp"
 #include "parse.hpp"
@@ -349,7 +350,9 @@ int trim(std::size_t pad) {
   std::size_t before = pal::rss_bytes();
   std::size_t cached = cache::purge(true);
   flush_thread_cache();
-  small::collect();
+  // mimalloc's collect pops its abandoned segments, raising a reader count
+  // a fork child would inherit and spin on: not across a fork.
+  limit::collect_guarded(&small::collect);
   std::size_t after = pal::rss_bytes();
   return (cached != 0 || after < before) ? 1 : 0;
 }
@@ -435,7 +438,9 @@ std::size_t release_now() {
   std::size_t before = pal::rss_bytes();
   cache::purge(true);
   flush_thread_cache();
-  small::collect();
+  // mimalloc's collect pops its abandoned segments, raising a reader count
+  // a fork child would inherit and spin on: not across a fork.
+  limit::collect_guarded(&small::collect);
   std::size_t after = pal::rss_bytes();
   return after < before ? before - after : 0;
 }

@@ -133,6 +133,11 @@ std::size_t cache_room(std::size_t held) {
 }
 
 void fork_prepare() { pthread_mutex_lock(&collect_mu); }
+void collect_guarded(void (*fn)()) {
+  pthread_mutex_lock(&collect_mu);
+  fn();
+  pthread_mutex_unlock(&collect_mu);
+}
 void fork_parent() { pthread_mutex_unlock(&collect_mu); }
 void fork_child() { pthread_mutex_init(&collect_mu, nullptr); }
 

@@ -47,6 +47,9 @@ std::size_t cache_room(std::size_t held);
 // The limit in effect (0: none) and where it came from, for the report.
 // fork: the child must not inherit a collect in progress (tick).
 void fork_prepare();
+// Run fn (a mimalloc collect: malloc_trim, lowtide_release) under the lock
+// fork_prepare takes, for the same reason.
+void collect_guarded(void (*fn)());
 void fork_parent();
 void fork_child();
 
