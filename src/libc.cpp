@@ -133,6 +133,47 @@ void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow) {
   return operator_new_slow(n, 0, nothrow);
 }
 
+void* malloc_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u) {
+  return malloc_miss(slot_of(tc), n, u);
+}
+
+void* new_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u, bool nothrow) {
+  return new_miss(slot_of(tc), n, u, nothrow);
+}
+
+void* malloc_uncached(std::size_t n) {
+  if (stats::Slot* st = t_local.stats; !stats::kEnabled || LT_LIKELY(st != nullptr)) {
+    const std::size_t u = small::fast_class(n);
+    stats::count_small_alloc(st, stats::malloc_calls, n, u);
+    return malloc_miss(st, n, u);
+  }
+  return malloc_slow(n);
+}
+
+void* new_uncached(std::size_t n, bool nothrow) {
+  if (stats::Slot* st = t_local.stats; !stats::kEnabled || LT_LIKELY(st != nullptr)) {
+    const std::size_t u = small::fast_class(n);
+    stats::count_small_alloc(st, stats::malloc_calls, n, u);
+    return new_miss(st, n, u, nothrow);
+  }
+  return operator_new_slow(n, 0, nothrow);
+}
+
+void free_uncached(void* p) {
+  stats::Slot* st = t_local.stats;
+  if (stats::kEnabled && LT_UNLIKELY(st == nullptr)) return free_slow(p);
+  stats::add(st, stats::free_calls, 1);
+  // (Read with counting compiled out too: the errno decision needs it.)
+  const unsigned char* page = small::page_of(p);
+  if (const std::uint32_t u = small::page_block_size(page); LT_LIKELY(u != 0)) {
+    stats::add(st, stats::small_freed, u);
+    if (LT_UNLIKELY(t_local.cache_armed != 0)) return free_arming(st, p, page);
+    if (LT_LIKELY(small::page_used(page) >= 2)) return small::release(p);
+    return release_keep_errno(p);
+  }
+  free_keep_errno(p);
+}
+
 void release_keep_errno(void* p) {
   int* err = stats::errno_of_attached();
   const int saved = *err;

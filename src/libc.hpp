@@ -7,6 +7,7 @@
 #pragma once
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <malloc.h>
 
 #include "lowtide/lowtide.h"
@@ -56,20 +57,36 @@ void free_arming(stats::Slot* st, void* p, const unsigned char* page);
 // keeps nothing across a call, so it saves no register.
 void* malloc_miss(stats::Slot* st, std::size_t n, std::size_t u);
 void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow);
+// The fast paths of a thread without an open cache (its first calls, a
+// thread not yet warm or past its exit destructor): the counter slot from
+// t_local, as the inlined part finds it from the cache. Out of line, so the
+// inlined part reads one thread-local pointer, not two.
+// The same from the inlined fast path of a thread with a cache: the slot
+// found from tc here, not there, where it would be one more register.
+void* malloc_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u);
+void* new_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u, bool nothrow);
+void* malloc_uncached(std::size_t n);
+void* new_uncached(std::size_t n, bool nothrow);
+void free_uncached(void* p);
+
+// The counter slot of the thread whose cache tc is: t_local.cache is only
+// ever NULL or &t_local.stats->cache (open_thread_cache), so the fast paths
+// test that one pointer and find the slot at a fixed offset from it, instead
+// of loading and testing t_local.stats as well.
+inline stats::Slot* slot_of(small::ThreadCache* tc) {
+  return reinterpret_cast<stats::Slot*>(reinterpret_cast<char*>(tc) - offsetof(stats::Slot, cache));
+}
 
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
 // the caller checked: the process is ready, n is below the cutoff and its
-// class is in the verified table), from a thread that already has its
-// counter slot (else the slow path). It is counted before anything is
-// allocated, from n and the class table alone; then a block from the
-// thread's cache (small_pop), or NULL: the caller tail-calls its miss
-// function above.
-inline void* small_pop(stats::Slot* st, std::size_t n, std::size_t u, stats::Counter call) {
-  stats::count_small_alloc(st, call, n, u);
-  if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1))
-    return small::cache_pop_bin(tc, small::fast_bin(n));
-  return nullptr;
+// class is in the verified table), from a thread whose cache is open (else
+// the *_uncached functions). It is counted before anything is allocated,
+// from n and the class table alone; then a block from the thread's cache,
+// or NULL: the caller tail-calls its miss function above.
+inline void* small_pop(small::ThreadCache* tc, std::size_t n, std::size_t u, stats::Counter call) {
+  stats::count_small_alloc(slot_of(tc), call, n, u);
+  return small::cache_pop_bin(tc, small::fast_bin(n));
 }
 
 static_assert(64 - __builtin_clzll(small::kTableMax) < stats::kHistBuckets,
@@ -80,62 +97,69 @@ inline bool fast_ok(std::size_t n) {
 }
 
 inline void* malloc(std::size_t n) {
-  if (fast_ok(n))
-    if (stats::Slot* st = t_local.stats; !stats::kEnabled || __builtin_expect(st != nullptr, 1)) {
+  if (fast_ok(n)) {
+    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
       const std::size_t u = small::fast_class(n);
-      if (void* h = small_pop(st, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
-      return malloc_miss(st, n, u);
+      if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+      return malloc_miss_cached(tc, n, u);
     }
+    return malloc_uncached(n);
+  }
   return malloc_slow(n);
+}
+
+// free of small block p (u: its usable size, from `page`, already counted)
+// by a thread whose cache is open.
+inline void free_cached(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
+  // Into this thread's cache while its bin has room (every call out of
+  // here is a tail call: no registers to save on the way in).
+  if (__builtin_expect(u <= small::kCacheMax, 1)) {
+    // (Bin 0, of classes not cached, has cap 0: never room.)
+    const unsigned b = small::cache_bin[u / kMinAlign];
+    if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
+      if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
+      return small::cache_put(tc, b, p);
+    }
+    // A cached class whose bin is full: the bin to the shelf.
+    if (b != 0) return free_to_shelf(tc, p, page, u);
+  }
+  // mimalloc, sure to make no system call where the page keeps
+  // another block in use (small_path.hpp): errno stays as it is
+  // without saving it, and mimalloc is reached by a tail call.
+  if (__builtin_expect(small::page_used(page) >= 2, 1)) return small::release(p);
+  return release_keep_errno(p);
 }
 
 inline void free(void* p) {
   if (p == nullptr) return;
-  stats::Slot* st = t_local.stats;
-  // Not a large block, the gate open (route.hpp), the thread's slot made.
-  if (__builtin_expect(!route::settings.free_slow_for(p) && (!stats::kEnabled || st != nullptr), 1)) {
-    stats::add(st, stats::free_calls, 1);
-    // (Read with counting compiled out too: the cache and the errno
-    // decision need it.)
-    const unsigned char* page = small::page_of(p);
-    if (const std::uint32_t u = small::page_block_size(page); __builtin_expect(u != 0, 1)) {
-      stats::add(st, stats::small_freed, u);
-      // Into this thread's cache while its bin has room (every call out of
-      // here is a tail call: no registers to save on the way in).
-      if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
-        if (__builtin_expect(u <= small::kCacheMax, 1)) {
-          // (Bin 0, of classes not cached, has cap 0: never room.)
-          const unsigned b = small::cache_bin[u / kMinAlign];
-          if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
-            if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
-            return small::cache_put(tc, b, p);
-          }
-          // A cached class whose bin is full: the bin to the shelf.
-          if (b != 0) return free_to_shelf(tc, p, page, u);
-        }
-      } else if (__builtin_expect(t_local.cache_armed != 0, 0)) {
-        return free_arming(st, p, page);  // (out of line: no stack frame here)
+  // Not a large block, the gate open (route.hpp), the thread's cache open
+  // (so its slot made: slot_of).
+  if (__builtin_expect(!route::settings.free_slow_for(p), 1)) {
+    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
+      stats::Slot* st = slot_of(tc);
+      stats::add(st, stats::free_calls, 1);
+      const unsigned char* page = small::page_of(p);
+      if (const std::uint32_t u = small::page_block_size(page); __builtin_expect(u != 0, 1)) {
+        stats::add(st, stats::small_freed, u);
+        return free_cached(tc, p, page, u);
       }
-      // mimalloc, sure to make no system call where the page keeps
-      // another block in use (small_path.hpp): errno stays as it is
-      // without saving it, and mimalloc is reached by a tail call.
-      if (__builtin_expect(small::page_used(page) >= 2, 1)) return small::release(p);
-      return release_keep_errno(p);
+      return free_keep_errno(p);
     }
-    free_keep_errno(p);
-    return;
+    return free_uncached(p);
   }
   free_slow(p);
 }
 
 // operator new: align 0 = the default; failure runs the new_handler loop.
 inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
-  if (align == 0 && fast_ok(n))
-    if (stats::Slot* st = t_local.stats; !stats::kEnabled || __builtin_expect(st != nullptr, 1)) {
+  if (align == 0 && fast_ok(n)) {
+    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
       const std::size_t u = small::fast_class(n);
-      if (void* h = small_pop(st, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
-      return new_miss(st, n, u, nothrow);
+      if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+      return new_miss_cached(tc, n, u, nothrow);
     }
+    return new_uncached(n, nothrow);
+  }
   return operator_new_slow(n, align, nothrow);
 }
 
