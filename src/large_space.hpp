@@ -37,6 +37,6 @@ struct Space {
 // called from a signal handler on the thread that has one open).
 void fork_wait_holes();
 void fork_holes_done(bool child);
-extern Space space;
+extern __attribute__((visibility("hidden"))) Space space;
 
 }  // namespace lowtide::large

@@ -45,7 +45,7 @@ inline constexpr std::size_t kHeapAt = 0x30;  // the heap that owns the page (xh
 inline constexpr unsigned char kHasAligned = 0x2;
 inline constexpr std::uint32_t kBlockSizeMax = 0x7fffffff;
 }  // namespace page_layout
-extern bool page_size_direct;  // set by configure()
+extern __attribute__((visibility("hidden"))) bool page_size_direct;  // set by configure()
 
 inline const unsigned char* page_of(const void* p) {
   using namespace page_layout;
@@ -77,7 +77,7 @@ inline const void* page_heap(const unsigned char* page) {
   return reinterpret_cast<const void*>(
       __atomic_load_n(reinterpret_cast<const std::uintptr_t*>(page + page_layout::kHeapAt), __ATOMIC_RELAXED));
 }
-extern bool page_heap_known;  // set by configure()
+extern __attribute__((visibility("hidden"))) bool page_heap_known;  // set by configure()
 // The calling thread's mimalloc heap (ThreadCache::heap).
 const void* thread_heap();
 
@@ -145,13 +145,13 @@ inline std::size_t committed_now() {
 // ones are rounded differently). configure() checks it and sets 0 if this
 // mimalloc disagrees; tests/unit/size_class_test.cpp checks every size.
 inline constexpr std::size_t kClassExactMax = std::size_t{128} << 10;
-extern std::size_t class_exact_max;
+extern __attribute__((visibility("hidden"))) std::size_t class_exact_max;
 // The commonest classes, looked up without a call: class_table[r / 16] is
 // mi_good_size(r) for r <= kTableMax, filled by configure() (0 = unverified),
 // and entry 0 is entry 1 (malloc(0) gets the 16-byte class).
 inline constexpr std::size_t kTableMax = 8192;
-extern std::uint16_t class_table[kTableMax / kMinAlign + 1];
-extern bool class_table_ready;  // filled and checked (else malloc's fast path stays closed)
+extern __attribute__((visibility("hidden"))) std::uint16_t class_table[kTableMax / kMinAlign + 1];
+extern __attribute__((visibility("hidden"))) bool class_table_ready;  // filled and checked (else malloc's fast path stays closed)
 
 // malloc's fast path: the class of a request of n <= kTableMax bytes, its
 // 16-byte round-up's (small_request), by one shift and one load. Every
@@ -190,15 +190,15 @@ inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
 // Blocks a bin holds at most: caps above it made no loop here faster and
 // every cached block can keep a mimalloc page from going back.
 inline constexpr std::size_t kCacheBlocks = 64;
-extern std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
-extern std::uint8_t cache_cap[kCacheBins];  // a bin's base cap, in blocks (0: off)
-extern std::uint8_t cache_cap_max[kCacheBins];  // what cache_grow may raise it to
+extern __attribute__((visibility("hidden"))) std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];  // class size / 16 -> its bin (0: not cached)
+extern __attribute__((visibility("hidden"))) std::uint8_t cache_cap[kCacheBins];  // a bin's base cap, in blocks (0: off)
+extern __attribute__((visibility("hidden"))) std::uint8_t cache_cap_max[kCacheBins];  // what cache_grow may raise it to
 // Bytes all threads' raised caps may add over their bases (the pool:
 // raises are taken from it and given back when a bin is put back to its
 // base, at a thread's exit, at malloc_trim and lowtide_release()).
-extern std::uint32_t cache_grow_pool_cap;
-extern std::uint16_t cache_class[kCacheBins];  // each bin's class size
-extern bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
+extern __attribute__((visibility("hidden"))) std::uint32_t cache_grow_pool_cap;
+extern __attribute__((visibility("hidden"))) std::uint16_t cache_class[kCacheBins];  // each bin's class size
+extern __attribute__((visibility("hidden"))) bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
 // A thread caches only from its kCacheWarm-th free on. mimalloc empties a
 // thread's heap in a pthread key destructor made before lowtide's, so it
 // runs first: a block lowtide's destructor gives back after it lands in a
@@ -217,7 +217,7 @@ inline constexpr std::uint64_t kCacheWarm = 256;
 // A request's bin, looked up as fast_class looks up its class (the same
 // index), so malloc need not wait for the class to find the bin: request n
 // (n <= kTableMax) -> cache_bin of its class (0 while the cache is off).
-extern std::uint8_t request_bin[kTableMax / kMinAlign + 1];
+extern __attribute__((visibility("hidden"))) std::uint8_t request_bin[kTableMax / kMinAlign + 1];
 inline unsigned fast_bin(std::size_t n) { return request_bin[(n + kMinAlign - 1) / kMinAlign]; }
 
 // malloc: a cached block of bin b (fast_bin, or cache_bin of the class), or NULL.
@@ -287,7 +287,7 @@ struct alignas(64) Shelf {
   // the head without reading its line, which is on the giver's CPU.
   void* next[kShelfBins];
 };
-extern Shelf shelf[kCacheBins];
+extern __attribute__((visibility("hidden"))) Shelf shelf[kCacheBins];
 
 // Only a bin that overflows with a block of another thread's page goes on
 // the shelf: where a thread frees only its own blocks (a loop of mallocs

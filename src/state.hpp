@@ -32,7 +32,7 @@ struct Process {
   Config config{};
 };
 
-extern Process g;
+extern __attribute__((visibility("hidden"))) Process g;
 
 // Initial-exec TLS, deliberately tiny (a large static TLS block makes later
 // dlopen()s fail): anything per-thread that must outlive the thread lives in
