@@ -90,8 +90,23 @@ void free_arming(stats::Slot* st, void* p, const unsigned char* page) {
   release_keep_errno(p);
 }
 
-void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
-  const unsigned b = small::cache_bin[u / kMinAlign];
+void free_not_cached(void* p, small::ThreadCache* tc, const unsigned char* page) {
+  if (const std::uint32_t u = small::page_block_size(page); LT_LIKELY(u != 0)) {
+    stats::add(slot_of(tc), stats::small_freed, u);
+    // mimalloc, sure to make no system call where the page keeps another
+    // block in use (small_path.hpp): errno stays as it is without saving it.
+    if (LT_LIKELY(small::page_used(page) >= 2)) return small::release(p);
+    return release_keep_errno(p);
+  }
+  free_keep_errno(p);
+}
+
+void free_to_shelf(void* p, small::ThreadCache* tc, const unsigned char* page) {
+  const unsigned b = small::cache_bin[small::page_size_field(page) / kMinAlign];
+  if (b == 0) {  // a class not cached
+    if (small::page_used(page) >= 2) return small::release(p);
+    return release_keep_errno(p);
+  }
   if (small::cache_is_head(tc, b, p)) small::cache_double_free(p);
   if (small::cache_grow(tc, b)) return small::cache_put(tc, b, p);
   if (small::shelf_wanted(tc, page) && small::shelf_give(tc, b)) return small::cache_put(tc, b, p);

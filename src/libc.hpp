@@ -42,7 +42,14 @@ void release_keep_errno(void* p);
 void open_thread_cache(stats::Slot* st);
 // free of a block whose bin is full: the bin onto the shelf and p into the
 // emptied bin, else p to mimalloc (errno kept).
-void free_to_shelf(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u);
+// (Bin 0, of the classes not cached, is always full: p to mimalloc.)
+// (p first and the size read again from the page: the inlined caller then
+// moves no register to make the call.)
+void free_to_shelf(void* p, small::ThreadCache* tc, const unsigned char* page);
+// free of a block the cache does not take (on `page`: aligned blocks on
+// the page, its class above kCacheMax, or mimalloc's huge blocks), by a thread
+// whose cache is open; the call is counted, not yet its bytes.
+void free_not_cached(void* p, small::ThreadCache* tc, const unsigned char* page);
 // free of a small block p (on `page`) by a thread whose cache may open
 // (armed, not yet open): opens it once the thread is warm (from its next
 // free on), then p to mimalloc as free's fast path does.
@@ -108,28 +115,6 @@ inline void* malloc(std::size_t n) {
   return malloc_slow(n);
 }
 
-// free of small block p (u: its usable size, from `page`, already counted)
-// by a thread whose cache is open.
-inline void free_cached(small::ThreadCache* tc, void* p, const unsigned char* page, std::uint32_t u) {
-  // Into this thread's cache while its bin has room (every call out of
-  // here is a tail call: no registers to save on the way in).
-  if (__builtin_expect(u <= small::kCacheMax, 1)) {
-    // (Bin 0, of classes not cached, has cap 0: never room.)
-    const unsigned b = small::cache_bin[u / kMinAlign];
-    if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
-      if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
-      return small::cache_put(tc, b, p);
-    }
-    // A cached class whose bin is full: the bin to the shelf.
-    if (b != 0) return free_to_shelf(tc, p, page, u);
-  }
-  // mimalloc, sure to make no system call where the page keeps
-  // another block in use (small_path.hpp): errno stays as it is
-  // without saving it, and mimalloc is reached by a tail call.
-  if (__builtin_expect(small::page_used(page) >= 2, 1)) return small::release(p);
-  return release_keep_errno(p);
-}
-
 inline void free(void* p) {
   if (p == nullptr) return;
   // Not a large block, the gate open (route.hpp), the thread's cache open
@@ -139,11 +124,21 @@ inline void free(void* p) {
       stats::Slot* st = slot_of(tc);
       stats::add(st, stats::free_calls, 1);
       const unsigned char* page = small::page_of(p);
-      if (const std::uint32_t u = small::page_block_size(page); __builtin_expect(u != 0, 1)) {
+      // A class the cache may take (every call out of here is a tail call:
+      // no registers to save on the way in).
+      if (const std::uint32_t u = small::page_size_field(page); __builtin_expect(small::page_cacheable(page, u), 1)) {
         stats::add(st, stats::small_freed, u);
-        return free_cached(tc, p, page, u);
+        // Into this thread's cache while its bin has room. (Bin 0, of
+        // classes not cached, has cap 0: never room.)
+        const unsigned b = small::cache_bin[u / kMinAlign];
+        if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
+          if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
+          return small::cache_put(tc, b, p);
+        }
+        // A cached class whose bin is full: the bin to the shelf.
+        return free_to_shelf(p, tc, page);
       }
-      return free_keep_errno(p);
+      return free_not_cached(p, tc, page);
     }
     return free_uncached(p);
   }

@@ -187,6 +187,19 @@ inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
 // a malloc+free pair handed between two threads twice as slow here
 // (docs/benchmarks.md).
 inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
+// free's fast path: may a block of the page (size: its block-size field,
+// unchecked) go to the thread cache? Its page holds no aligned blocks and
+// 0 < size <= kCacheMax: page_block_size's two tests and the cache's size
+// test in one range test (a size above kBlockSizeMax is above kCacheMax).
+inline bool page_cacheable(const unsigned char* page, std::uint32_t size) {
+  return __builtin_expect((page[page_layout::kFlagsAt] & page_layout::kHasAligned) == 0, 1) &&
+         size - 1 < kCacheMax;
+}
+inline std::uint32_t page_size_field(const unsigned char* page) {
+  std::uint32_t size;
+  __builtin_memcpy(&size, page + page_layout::kBlockSizeAt, sizeof size);
+  return size;
+}
 // Blocks a bin holds at most: caps above it made no loop here faster and
 // every cached block can keep a mimalloc page from going back.
 inline constexpr std::size_t kCacheBlocks = 64;
