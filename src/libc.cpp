@@ -218,7 +218,7 @@ void* calloc(std::size_t n, std::size_t size) {
   return route::allocate(total, kMinAlign, Origin::calloc, stats::calloc_calls, true);
 }
 
-void* realloc(void* p, std::size_t n) {
+void* realloc_slow(void* p, std::size_t n) {
   if (p == nullptr) {
     if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);
     return route::allocate(n, kMinAlign, Origin::realloc, stats::realloc_calls, false);

@@ -167,7 +167,37 @@ int mlockall(int flags);
 int mlock2(const void* p, std::size_t len, unsigned flags);
 
 void* calloc(std::size_t n, std::size_t size);
-void* realloc(void* p, std::size_t n);
+// realloc's every case but the common one below (a null p, n = 0, a
+// large block or size, forwarding, a thread without its slot, a page with
+// aligned blocks).
+void* realloc_slow(void* p, std::size_t n);
+
+// The common case, inlined: a small block resized to 0 < n < cutoff by a
+// thread with its slot. Where the block already holds n and no more than
+// half of it would go unused, it stays where it is, without a call: the
+// rule of mimalloc 2.0.9's own realloc (which would return p itself), applied
+// here from the size free's fast path reads from the block's page (the same
+// mimalloc 2.0.9 layout: the gate is open only where configure() checked
+// it). Counted as before: a realloc call, the old size freed and handed out
+// again. A log or string grown a few bytes at a time mostly stays.
+inline void* realloc(void* p, std::size_t n) {
+  // The free gate open: not forwarding, p not a large block (route.hpp).
+  if (__builtin_expect(p != nullptr && !route::settings.free_slow_for(p) && n - 1 < route::settings.cutoff - 1, 1))
+    if (stats::Slot* st = t_local.stats; __builtin_expect(stats::kEnabled && st != nullptr, 1)) {
+      const unsigned char* page = small::page_of(p);
+      if (const std::size_t old = small::page_block_size(page); __builtin_expect(old != 0, 1)) {
+        stats::count_request(st, stats::realloc_calls, n);
+        if (const std::size_t r = small_request(n); r <= old && r >= old / 2) {
+          stats::add(st, stats::small_freed, old);
+          stats::add(st, stats::small_requested, n);
+          stats::add(st, stats::small_out, old);
+          return p;
+        }
+        return route::resize_in_small(p, n, st, old);  // (a tail call)
+      }
+    }
+  return realloc_slow(p, n);
+}
 void* reallocarray(void* p, std::size_t n, std::size_t size);
 void* memalign(std::size_t align, std::size_t n);
 int posix_memalign(void** out, std::size_t align, std::size_t n);

@@ -158,6 +158,12 @@ void* resize_small(void* p, std::size_t n, stats::Slot* st) {
     }
     if (!fall_back_after(r, n)) return nullptr;
   }
+  return resize_in_small(p, n, st, old);
+}
+
+}  // namespace
+
+void* resize_in_small(void* p, std::size_t n, stats::Slot* st, std::size_t old) {
   void* q = small::reallocate(p, n);
   if (q == nullptr) {
     errno = ENOMEM;
@@ -167,8 +173,6 @@ void* resize_small(void* p, std::size_t n, stats::Slot* st) {
   count_small_out(st, n, q);
   return q;
 }
-
-}  // namespace
 
 void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter call, bool zero) {
   if (__builtin_expect(n > kMaxRequest, 0)) {

@@ -75,5 +75,8 @@ void release(void* p, const char* what);
 // kMaxRequest, already counted as a realloc call. NULL with errno ENOMEM
 // and p untouched when it cannot be done.
 void* resize(void* p, std::size_t n, stats::Slot* st);
+// The same for a small block p of usable size `old` staying small (n below
+// the cutoff): mimalloc's realloc, counted.
+void* resize_in_small(void* p, std::size_t n, stats::Slot* st, std::size_t old);
 
 }  // namespace lowtide::route
