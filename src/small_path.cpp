@@ -8,7 +8,7 @@ namespace lowtide::small {
 
 std::size_t class_exact_max = 0;
 bool class_table_ready = false;
-std::uint16_t class_table[kTableMax / kMinAlign + 1];
+FastTables fast_tables;
 
 bool page_size_direct = false;
 bool page_heap_known = false;
@@ -16,7 +16,6 @@ bool page_heap_known = false;
 const void* thread_heap() { return mi_heap_get_default(); }
 
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
-std::uint8_t request_bin[kTableMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
 std::uint8_t cache_cap_max[kCacheBins];
 std::uint32_t cache_grow_pool_cap = 0;

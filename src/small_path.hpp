@@ -150,7 +150,14 @@ extern __attribute__((visibility("hidden"))) std::size_t class_exact_max;
 // mi_good_size(r) for r <= kTableMax, filled by configure() (0 = unverified),
 // and entry 0 is entry 1 (malloc(0) gets the 16-byte class).
 inline constexpr std::size_t kTableMax = 8192;
-extern __attribute__((visibility("hidden"))) std::uint16_t class_table[kTableMax / kMinAlign + 1];
+// (In one object with request_bin below: malloc's fast path reads both at
+// the same index from one base address, one lea fewer.)
+struct FastTables {
+  std::uint16_t class_table[kTableMax / kMinAlign + 1];
+  std::uint8_t request_bin[kTableMax / kMinAlign + 1];
+};
+extern __attribute__((visibility("hidden"))) FastTables fast_tables;
+inline constexpr auto& class_table = fast_tables.class_table;
 extern __attribute__((visibility("hidden"))) bool class_table_ready;  // filled and checked (else malloc's fast path stays closed)
 
 // malloc's fast path: the class of a request of n <= kTableMax bytes, its
@@ -230,7 +237,7 @@ inline constexpr std::uint64_t kCacheWarm = 256;
 // A request's bin, looked up as fast_class looks up its class (the same
 // index), so malloc need not wait for the class to find the bin: request n
 // (n <= kTableMax) -> cache_bin of its class (0 while the cache is off).
-extern __attribute__((visibility("hidden"))) std::uint8_t request_bin[kTableMax / kMinAlign + 1];
+inline constexpr auto& request_bin = fast_tables.request_bin;
 inline unsigned fast_bin(std::size_t n) { return request_bin[(n + kMinAlign - 1) / kMinAlign]; }
 
 // malloc: a cached block of bin b (fast_bin, or cache_bin of the class), or NULL.
