@@ -72,6 +72,7 @@ socklen_t make_name(sockaddr_un* a) {
 // (the inode check catches it if it does); not so high that the kernel's fd
 // table must grow far (it is sized to the highest fd).
 int move_high(int fd) {
+  if (fd < 0) return fd;
   struct rlimit rl;
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur <= 64) return fd;
   rlim_t want = rl.rlim_cur / 2 < 1024 ? rl.rlim_cur / 2 : 1024;
@@ -82,6 +83,17 @@ int move_high(int fd) {
   struct stat a, b;
   if (::fstat(fd, &a) == 0 && ::fstat(hi, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) ::close(fd);
   return hi;
+}
+
+// Whether fd is a unix socket bound to our name: the listening socket or a
+// connection accepted on it.
+bool ours_by_name(int fd) {
+  sockaddr_un want, got;
+  const socklen_t want_len = make_name(&want);
+  socklen_t len = sizeof got;
+  std::memset(&got, 0, sizeof got);
+  return fd >= 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len) == 0 && len == want_len &&
+         std::memcmp(&got, &want, len) == 0;
 }
 
 bool still_ours(int fd) {
@@ -116,7 +128,7 @@ int open_socket() {
 // ---- the answer ----
 
 struct Send {
-  int fd;
+  pal::OwnFd c;  // the connection, checked before each send (pal::OwnFd)
   std::uint64_t deadline_ns;
   bool failed;
 };
@@ -128,7 +140,11 @@ void send_all(const char* p, std::size_t n, void* arg) {
       s->failed = true;
       return;
     }
-    ssize_t w = ::send(s->fd, p, n, MSG_NOSIGNAL);
+    if (!pal::still_own(s->c)) {
+      s->failed = true;
+      return;
+    }
+    ssize_t w = ::send(s->c.fd, p, n, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       s->failed = true;  // EAGAIN: SO_SNDTIMEO passed without progress
@@ -185,11 +201,16 @@ std::uint64_t small_resident_of(const char* s) {
 // fixed buffer (only this thread reads it).
 std::uint64_t small_resident() {
   static char buf[16 << 10];
-  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  pal::OwnFd o;
+  if (!pal::own(move_high(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)), &o)) {
+    if (o.fd >= 0) ::close(o.fd);
+    return 0;
+  }
+  const int fd = o.fd;
   std::uint64_t total = 0;
   std::size_t have = 0;
   for (;;) {
+    if (!pal::still_own(o)) return total;  // the program's now: not read, not closed
     ssize_t r = ::read(fd, buf + have, sizeof buf - 1 - have);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
@@ -204,7 +225,7 @@ std::uint64_t small_resident() {
     std::memmove(buf, at, have);
     if (have == sizeof buf - 1) have = 0;  // a line longer than the buffer (a path): not ours
   }
-  ::close(fd);
+  pal::close_own(o);
   return total;
 }
 
@@ -315,8 +336,8 @@ void put_head(report::Out& o, const Breakdown& b) {
   o.put(" \"report\": ");
 }
 
-void answer(int c) {
-  Send s{c, pal::now_ns() + kClientBudgetMs * 1'000'000u, false};
+void answer(const pal::OwnFd& c, std::uint64_t deadline_ns) {
+  Send s{c, deadline_ns, false};
   Breakdown b;
   measure(&b);
   char head[4096];
@@ -339,12 +360,15 @@ void set_timeout(int c, int opt, int ms) {
 }
 
 // Reads the request line: "stats" (optionally "stats json"), at most 63
-// bytes, within kRecvTimeoutMs.
-bool read_request(int c) {
+// bytes, within kRecvTimeoutMs of the accept in all (SO_RCVTIMEO bounds
+// each recv; a client sending a byte a second would otherwise hold the
+// server for a minute).
+bool read_request(const pal::OwnFd& c, std::uint64_t until_ns) {
   char req[64];
   std::size_t n = 0;
   while (n < sizeof req - 1) {
-    ssize_t r = ::recv(c, req + n, sizeof req - 1 - n, 0);
+    if (pal::now_ns() > until_ns || !pal::still_own(c)) return false;
+    ssize_t r = ::recv(c.fd, req + n, sizeof req - 1 - n, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     n += static_cast<std::size_t>(r);
@@ -355,19 +379,34 @@ bool read_request(int c) {
   return std::strcmp(req, "stats\n") == 0 || std::strcmp(req, "stats json\n") == 0;
 }
 
-void serve(int c) {
-  set_timeout(c, SO_RCVTIMEO, kRecvTimeoutMs);
-  set_timeout(c, SO_SNDTIMEO, kSendTimeoutMs);
+// The uid the kernel reports for a peer whose uid has no mapping in this
+// user namespace (/proc/sys/kernel/overflowuid, 65534 by default).
+uid_t overflow_uid() {
+  char buf[32];
+  if (pal::read_file("/proc/sys/kernel/overflowuid", buf, sizeof buf) <= 0) return 65534;
+  const char* s = buf;
+  const std::uint64_t v = parse_dec(s);
+  return static_cast<uid_t>(v);
+}
+
+void serve(const pal::OwnFd& c, std::uint64_t accepted_ns) {
   ucred cred{};
   socklen_t len = sizeof cred;
   // Our euid now, not at start: a daemon that drops privileges answers its
-  // new user (and root) from then on.
+  // new user (and root) from then on. A peer the kernel reports as the
+  // overflow uid is a user with no mapping in our user namespace (any user
+  // outside a rootless container running as "nobody"): refused even where
+  // that is our own uid. Checked before anything else is done for it.
   const uid_t me = ::geteuid();
-  if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || (cred.uid != me && cred.uid != 0)) {
+  if (!pal::still_own(c) || ::getsockopt(c.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      (cred.uid != 0 && (cred.uid != me || cred.uid == overflow_uid()))) {
     refused.fetch_add(1, std::memory_order_relaxed);
     return;  // closed without a byte
   }
-  if (read_request(c)) answer(c);
+  set_timeout(c.fd, SO_RCVTIMEO, kRecvTimeoutMs);
+  set_timeout(c.fd, SO_SNDTIMEO, kSendTimeoutMs);
+  if (read_request(c, accepted_ns + kRecvTimeoutMs * 1'000'000u))
+    answer(c, accepted_ns + kClientBudgetMs * 1'000'000u);
 }
 
 void* server_main(void* arg) {
@@ -387,13 +426,22 @@ void* server_main(void* arg) {
       }
       break;  // EBADF, ENOTSOCK, EINVAL: the fd is not our listening socket any more
     }
-    client_fd.store(c);
-    if (static_cast<int>(::getpid()) == pid) serve(c);
+    // Out of the numbers the program hands out, and checked before each
+    // use: a program closing every fd may reuse the number (pal::OwnFd).
+    // A connection of ours is known by its local name, our listening one:
+    // where the program took the number in the instant after accept, the
+    // fd is its own, left alone.
+    const std::uint64_t accepted_ns = pal::now_ns();
+    if (!ours_by_name(c)) continue;
+    pal::OwnFd o;
+    if (!pal::own(move_high(c), &o) || !ours_by_name(o.fd)) continue;
+    client_fd.store(o.fd);
+    if (static_cast<int>(::getpid()) == pid) serve(o, accepted_ns);
     client_fd.store(-1);
     // shutdown ends the connection itself, also for a copy of the fd a
     // fork inherited in the instant before client_fd was set.
-    ::shutdown(c, SHUT_RDWR);
-    ::close(c);
+    if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
+    pal::close_own(o);
   }
   // Ours no more (closed, or its number reused by the program): leave the
   // fd alone, it may be the program's now. Still ours after an unexpected

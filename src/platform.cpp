@@ -503,19 +503,41 @@ std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint
   return p;
 }
 
+bool own(int fd, OwnFd* o) {
+  o->fd = fd;
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0) return false;
+  o->dev = st.st_dev;
+  o->ino = st.st_ino;
+  return true;
+}
+
+bool still_own(const OwnFd& o) {
+  struct stat st;
+  return o.fd >= 0 && ::fstat(o.fd, &st) == 0 && st.st_dev == o.dev && st.st_ino == o.ino;
+}
+
+void close_own(const OwnFd& o) {
+  if (still_own(o)) ::close(o.fd);
+}
+
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
+  const int saved = errno;
   // Never blocks: O_NONBLOCK, and only a regular file is read (/proc and
   // cgroup files are; a FIFO or a terminal under a test's fake root is not).
   int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return -1;
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  OwnFd o;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !own(fd, &o)) {
     ::close(fd);
     return -1;
   }
   std::size_t got = 0;
+  bool ours = true;
   while (got + 1 < cap) {
+    if (!(ours = still_own(o))) break;  // closed under us, the number reused
     ssize_t r = ::read(fd, buf + got, cap - 1 - got);
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -524,9 +546,10 @@ long read_file(const char* path, char* buf, std::size_t cap) {
     if (r == 0) break;
     got += static_cast<std::size_t>(r);
   }
-  ::close(fd);
+  close_own(o);
+  errno = saved;
   buf[got] = '\0';
-  return static_cast<long>(got);
+  return ours ? static_cast<long>(got) : -1;
 }
 
 std::size_t rss_bytes() {

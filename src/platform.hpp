@@ -179,8 +179,24 @@ std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint
 void write_stderr(const char* s, std::size_t n);
 // Read a whole small regular file (e.g. under /proc; never a FIFO or a
 // device, so it never blocks) into buf; returns bytes read or
-// -1. buf is NUL-terminated.
+// -1. buf is NUL-terminated. The fd is checked (OwnFd) before each read
+// and before its close.
 long read_file(const char* path, char* buf, std::size_t cap);
+
+// An fd lowtide opened for itself, from a thread of its own (the decay and
+// live threads) while the program runs: a program that closes every fd it
+// did not open (close_range, a loop up to the limit: daemons, the children
+// they spawn) may close it and get the number back for a file of its own,
+// which lowtide must then neither read, write nor close. So its identity
+// is kept (own: fstat's device and inode) and checked before each use
+// (still_own), and it is closed only while it is still ours (close_own).
+struct OwnFd {
+  int fd = -1;
+  unsigned long long dev = 0, ino = 0;
+};
+bool own(int fd, OwnFd* o);  // false where fstat fails (o->fd stays fd)
+bool still_own(const OwnFd& o);
+void close_own(const OwnFd& o);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 // The machine's RAM in bytes (sysinfo), 0 if unknown.

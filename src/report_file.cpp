@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -138,12 +139,42 @@ bool create_new(PathBuf* pb, const char* body, std::size_t n) {
   return false;
 }
 
+// write_all on a non-blocking fd, giving up (ETIMEDOUT) once `until_ns`
+// has passed: a FIFO whose reader never drains it, a terminal stopped
+// with ^S, must not hold the exit (or the periodic thread) for ever.
+bool write_all_until(int fd, const char* p, std::size_t n, std::uint64_t until_ns) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return false;
+      const std::uint64_t now = pal::now_ns();
+      if (now >= until_ns) {
+        errno = ETIMEDOUT;
+        return false;
+      }
+      pollfd pf{fd, POLLOUT, 0};
+      ::poll(&pf, 1, static_cast<int>((until_ns - now) / 1'000'000u) + 1);
+      continue;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// The time a report may take to go through a FIFO, a socket or a device.
+constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
+
 // Something that exists and is neither a regular file nor a directory: a
 // FIFO, a device, a socket, reached directly or (follow = true) through a
 // symlink write_path allows. Opened without O_CREAT, so nothing is created
-// through a link; O_NONBLOCK so a FIFO nobody reads fails (ENXIO) instead of
-// hanging the exit. A regular file is never written in place: if one stands
-// there now, through a link it is refused, directly a new file replaces it.
+// through a link. Only one of ours or root's (a device such as /dev/null,
+// /dev/tty): another user's FIFO at the report's name could read the report
+// or, never drained, hold our exit. O_NONBLOCK kept, so a FIFO nobody reads
+// fails (ENXIO) and one nobody drains gives up after kThroughBudgetNs. A
+// regular file is never written in place: if one stands there now, through
+// a link it is refused, directly a new file replaces it.
 bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
   int fd = ::open(pb->target, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0) return false;
@@ -158,11 +189,15 @@ bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
     ::close(fd);
     return create_new(pb, body, n);
   }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    ::close(fd);
+    errno = EACCES;
+    return false;
+  }
   bool ok;
   {
     NoSigpipe guard;
-    ok = write_all(fd, body, n);
+    ok = write_all_until(fd, body, n, pal::now_ns() + kThroughBudgetNs);
   }
   int e = errno;
   ok = (::close(fd) == 0) && ok;

@@ -103,6 +103,44 @@ def case_sticky_symlink(a, tmp):
     check(r is not None and r.get("schema") == "lowtide-report", "our own link is followed")
 
 
+def case_fifo_rules(a, tmp):
+    """A FIFO at the report's final name (no link): another user's is not
+    written (it could read the report, or never drain it and hold the
+    exit); our own that nobody drains (its pipe full) holds the exit at
+    most for a bounded time, then the report goes to stderr with a
+    warning. The old code wrote into the first and hung on the second."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to make a FIFO owned by another user")
+        sys.exit(77)
+    fifo = os.path.join(tmp, "report.json")
+    os.mkfifo(fifo, 0o666)
+    os.chown(fifo, 65534, 65534)  # nobody's
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=fifo)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    try:
+        got = os.read(reader, 1 << 20)
+    except BlockingIOError:
+        got = b""
+    check(got == b"", f"{len(got)} bytes went into another user's FIFO")
+    check('"schema": "lowtide-report"' in err, "the report went to stderr instead")
+    # Our own FIFO, read by nobody and full: the exit must not hang.
+    os.chown(fifo, 0, 0)
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(writer, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    os.close(writer)
+    os.close(reader)
+    check(rc == 0, f"exit status {rc} with a full FIFO at the report's name")
+    check("cannot write the report" in err and '"schema": "lowtide-report"' in err,
+          f"a warning and the report on stderr: {err[:300]!r}")
+
+
 def case_link_rules(a, tmp):
     """Outside sticky directories too: another user's symlink is not
     followed (the target, here a FIFO, receives nothing), and even our own
@@ -240,6 +278,7 @@ def main():
         "sticky_symlink": case_sticky_symlink,
         "dangling_link": case_dangling_link,
         "link_rules": case_link_rules,
+        "fifo_rules": case_fifo_rules,
         "closed_stderr": lambda a, t: case_closed_stderr(a, t, "closed-stderr"),
         "readonly_stderr": lambda a, t: case_closed_stderr(a, t, "readonly-stderr"),
         "json_bytes": case_json_bytes,
