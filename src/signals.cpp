@@ -54,7 +54,10 @@ struct sigaction our_action() {
   sigemptyset(&sa.sa_mask);
   sigaddset(&sa.sa_mask, SIGTERM);
   sigaddset(&sa.sa_mask, SIGINT);
-  sa.sa_flags = SA_RESETHAND;
+  // SA_RESTART: the handler does not return (the process ends by the
+  // signal), but should it, the program's system calls go on as they would
+  // without lowtide's handler.
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
   return sa;
 }
 
@@ -62,6 +65,12 @@ struct sigaction our_action() {
 
 void install() {
   if (!report::this_process_reports()) return;
+  // A pid namespace's init (a container's entry point run without
+  // --init): the kernel ignores SIGTERM and SIGINT sent to it while their
+  // action is the default, so a handler of ours would change what the
+  // signal does (the report, then a raise the kernel ignores again, and
+  // EINTR in the program). Its report comes at its exit as usual.
+  if (::getpid() == 1) return;
   enabled.store(true);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction cur{};
