@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import socket
+import struct
 import sys
 import time
 
@@ -70,8 +71,59 @@ def _not_reachable(pid):
     return msg
 
 
+# An answer holds the counters and the JSON report: tens of KiB, a few MiB
+# with thousands of threads. Anything past this is not lowtide's answer.
+MAX_ANSWER = 64 << 20
+
+
+def peer_of(s):
+    """(pid, uid, gid) of the process that made the listening socket s is
+    connected to, as the kernel saw it at listen() (SO_PEERCRED, struct
+    ucred), in our pid and user namespaces (pid 0: not visible in ours)."""
+    fmt = "3i"
+    return struct.unpack(fmt, s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt)))
+
+
+def _euids(pid):
+    """The uids the peer of pid's own socket may have: its effective uid
+    (SO_PEERCRED's), the owner of /proc/PID (root while it is not dumpable)."""
+    uids = set()
+    try:
+        uids.add(os.stat("/proc/%d" % pid).st_uid)
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    uids.add(int(line.split()[2]))
+    except (OSError, ValueError, IndexError):
+        pass
+    return uids
+
+
+def check_peer(s, name, pid):
+    """Raises LiveError unless the socket's listener is process pid itself
+    (or root). Abstract names belong to whoever binds them first: another
+    local user can take the names of pids still to come; the process with
+    that pid then cannot bind its own (EADDRINUSE) and the squatter would
+    answer in its place. The uid check also covers a listener made by a
+    process that had this pid before and handed its socket on."""
+    try:
+        ppid, puid, _ = peer_of(s)
+    except OSError as e:
+        raise LiveError("cannot identify the process behind @%s: %s" % (name, e))
+    if ppid != pid:
+        raise LiveError("refusing the answer on @%s: it comes from %s (uid %d), not from pid %d (uid %s): "
+                        "another process holds the name, so pid %d could not bind it"
+                        % (name, "pid %d" % ppid if ppid else "a process outside our pid namespace", puid,
+                           pid, _owner(pid), pid))
+    uids = _euids(pid)
+    if puid != 0 and puid not in uids:
+        raise LiveError("refusing the answer on @%s: its listener has uid %d, but pid %d runs as uid %s"
+                        % (name, puid, pid, "/".join(str(u) for u in sorted(uids)) or "?"))
+
+
 def query(pid, timeout=10.0):
-    """The process's answer, parsed. Raises LiveError with what to do."""
+    """The process's answer, parsed. Raises LiveError with what to do.
+    Only pid itself (or root) is believed: see check_peer."""
     if not os.path.exists("/proc/%d" % pid):
         raise LiveError("no process %d" % pid)
     for name in socket_names(pid):
@@ -84,8 +136,11 @@ def query(pid, timeout=10.0):
             if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
                 continue
             raise LiveError("cannot connect to %s: %s" % (name, e))
-        chunks = []
+        chunks, size = [], 0
         try:
+            # Before a byte is sent or read: a squatter learns nothing and
+            # gets nothing printed.
+            check_peer(s, name, pid)
             s.sendall(REQUEST)
             deadline = time.monotonic() + timeout
             while True:
@@ -93,6 +148,10 @@ def query(pid, timeout=10.0):
                 b = s.recv(1 << 16)
                 if not b:
                     break
+                size += len(b)
+                if size > MAX_ANSWER:
+                    raise LiveError("pid %d sent more than %d MiB: not a lowtide answer; stopped reading"
+                                    % (pid, MAX_ANSWER >> 20))
                 chunks.append(b)
         except socket.timeout:
             raise LiveError("pid %d did not answer within %.0f s" % (pid, timeout))
@@ -108,9 +167,12 @@ def query(pid, timeout=10.0):
             raise LiveError("pid %d refused the query: it answers only its own user (uid %s) or root"
                             % (pid, _owner(pid)))
         try:
-            return json.loads(data)
+            doc = json.loads(data)
         except ValueError as e:
             raise LiveError("pid %d sent an answer that is not JSON (%s): %r" % (pid, e, data[:200]))
+        if not isinstance(doc, dict) or doc.get("schema") != "lowtide-live":
+            raise LiveError("pid %d sent JSON that is not a lowtide-live answer" % pid)
+        return doc
     raise LiveError(_not_reachable(pid))
 
 

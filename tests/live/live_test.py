@@ -19,6 +19,15 @@ Cases (one meson test each):
              the server stops, never touches the program's fd, the name goes
   secure     a setuid-root copy run as nobody (AT_SECURE) has no socket; the
              same copy run normally has one (control)
+  squat      another process binds the name of a process that is not
+             served (no lowtide in it) and answers with a forged document:
+             `lowtide stats` and `lowtide top` refuse it (SO_PEERCRED: the
+             listener is not that pid), print none of it, exit 1
+  peer_uid   (root) a process makes its socket as uid 65534 (seteuid), then
+             goes back to root: the pid is right but the listener's uid is
+             not the process's: refused
+  bigans     the process itself answers with more than 64 MiB: the CLI
+             stops reading there and says so
 
 Usage: live_test.py CASE PROG LAUNCHER"""
 import json
@@ -29,6 +38,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -329,8 +339,123 @@ def case_secure(prog, launcher, tmp):
         p.stop()
 
 
+ESC = "\x1b"
+
+
+def live_name(pid):
+    """The name src/live.cpp binds for pid (computed here, not by the CLI)."""
+    return "\0lowtide/%d/%d" % (os.stat("/proc/%d/ns/pid" % pid).st_ino, pid)
+
+
+def forged(pid):
+    """A lowtide-live answer as a squatter would send it: every string
+    with escape sequences, so a CLI that prints it raw shows them."""
+    mem = {k: 1 for k in ("rss", "rss_anon", "rss_file", "rss_shmem", "small_resident", "small_committed",
+                          "small_peak_committed", "small_used", "large_live", "large_usable", "large_blocks",
+                          "large_extents", "large_committed", "cache", "cache_committed", "pending_release",
+                          "pending_committed", "rest", "rest_files", "rest_other")}
+    mem["rss_source"] = "FORGED"
+    mem["large_list_missed"] = False
+    return json.dumps({"schema": "lowtide-live", "schema_version": 1, "pid": pid, "uid": 0, "answered": 0,
+                       "refused": 0, "measure_ms": 0, "memory": mem,
+                       "report": {"command": ESC + "]0;FORGED-TITLE\a" + ESC + "[31mFORGED", "uptime_s": 1,
+                                  "threads": []}}).encode()
+
+
+def serve_forever(ls, answer):
+    """Answers every connection to the listening socket ls with answer
+    (in the calling process: a thread's or a forked child's loop)."""
+    while True:
+        c, _ = ls.accept()
+        try:
+            c.recv(64)
+            c.sendall(answer)
+        except OSError:
+            pass
+        c.close()
+
+
+def case_squat(prog, launcher, tmp):
+    # The victim: a process without lowtide (no server of its own), waiting.
+    victim = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], env=clean_env(),
+                              stdin=subprocess.PIPE)
+    try:
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(live_name(victim.pid))  # this process, not the victim, holds the name
+        ls.listen(8)
+        threading.Thread(target=serve_forever, args=(ls, forged(victim.pid)), daemon=True).start()
+        for args in (["stats", str(victim.pid)], ["stats", str(victim.pid), "--json"],
+                     ["top", str(victim.pid), "--count", "1"]):
+            rc, out, err = cli(launcher, args)
+            check(rc == 1 and "FORGED" not in out + err and ESC not in out + err,
+                  "%s: exit %d, nothing of the squatter's printed: %r %r" % (" ".join(args), rc, out, err))
+            check("refusing" in err and "pid %d" % os.getpid() in err and "pid %d" % victim.pid in err,
+                  "%s: says who answered instead of whom: %r" % (" ".join(args), err))
+    finally:
+        victim.kill()
+        victim.wait(30)
+
+
+def case_peer_uid(prog, launcher, tmp):
+    if os.geteuid() != 0:
+        print("needs root to make a socket as another uid; skipped")
+        sys.exit(77)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(r)
+            os.seteuid(65534)
+            ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            ls.bind(live_name(os.getpid()))
+            ls.listen(8)  # SO_PEERCRED records uid 65534 here
+            os.seteuid(0)
+            os.write(w, b"x")
+            serve_forever(ls, forged(os.getpid()))
+        finally:
+            os._exit(1)
+    os.close(w)
+    try:
+        check(os.read(r, 1) == b"x", "the child listens")
+        rc, out, err = cli(launcher, ["stats", str(child)])
+        check(rc == 1 and "FORGED" not in out + err and ESC not in out + err,
+              "a listener of uid 65534 in a root process: exit %d, nothing printed: %r %r" % (rc, out, err))
+        check("refusing" in err and "uid 65534" in err, "says whose listener it is: %r" % err)
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
+
+def case_bigans(prog, launcher, tmp):
+    limit = 64 << 20  # stats_cmd.MAX_ANSWER
+    # Valid JSON up to the cap and past it: only the size is wrong.
+    head = b'{"schema": "lowtide-live", "pad": "'
+    answer = head + b"x" * (limit + (1 << 20) - len(head) - 2) + b'"}'
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(r)
+            ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            ls.bind(live_name(os.getpid()))  # its own name: pid and uid are right
+            ls.listen(8)
+            os.write(w, b"x")
+            serve_forever(ls, answer)
+        finally:
+            os._exit(1)
+    os.close(w)
+    try:
+        check(os.read(r, 1) == b"x", "the child listens")
+        rc, out, err = cli(launcher, ["stats", str(child), "--json"])
+        check(rc == 1 and "more than 64 MiB" in err and out == "",
+              "an answer of 65 MiB: exit %d, %r, %d bytes out" % (rc, err[-300:], len(out)))
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
-         "fork": case_fork, "closeall": case_closeall, "secure": case_secure}
+         "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
+         "peer_uid": case_peer_uid, "bigans": case_bigans}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
