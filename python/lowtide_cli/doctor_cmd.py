@@ -24,6 +24,7 @@ import threading
 import time
 
 from . import preload
+from .units import printable
 
 SAMPLE_S = 0.05
 SHOWN = 8  # processes listed one by one; the rest summed up
@@ -35,12 +36,14 @@ class Doctor:
     def __init__(self):
         self.warnings = 0
 
+    # printable(): thread names (comm) and what the command wrote are
+    # the command's own choice.
     def info(self, key, text):
-        print("  %-24s %s" % (key, text))
+        print(printable("  %-24s %s" % (key, text)))
 
     def warn(self, text):
         self.warnings += 1
-        print("warning: " + text)
+        print(printable("warning: " + text))
 
 
 def read_text(sysroot, path):

@@ -4,11 +4,12 @@ import os
 import sys
 
 from . import flame, reports
-from .units import human
+from .units import human, printable
 
 
 def summary_lines(rows, total):
-    """The merged summary as text lines (also used by `lowtide compare`)."""
+    """The merged summary as text lines (also used by `lowtide compare`),
+    each printable(): command lines and symbols are the processes' own."""
     out = []
     hdr = "%8s  %-28s %10s %10s %9s %9s %11s %11s %11s %7s"
     out.append(hdr % ("pid", "command", "peak RSS", "RSS end", "allocs", "frees", "large out",
@@ -47,7 +48,7 @@ def summary_lines(rows, total):
     if t["partial"]:
         out.append("  PARTIAL         at least one report was read without the registry lock")
     out += site_lines(t.get("sites", []))
-    return out
+    return [printable(line) for line in out]
 
 
 def frame_text(f):

@@ -15,7 +15,7 @@ import struct
 import sys
 import time
 
-from .units import human
+from .units import human, printable
 
 REQUEST = b"stats\n"
 
@@ -221,7 +221,15 @@ def top_sites(report, n):
     return rows[:n]
 
 
+# What a document of the right schema but with missing fields or fields of
+# the wrong type raises in render() and top_line().
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
 def render(doc, nthreads=5, nsites=5):
+    """The answer as text, each line printable(): the strings in it are
+    the process's own choice (command line, thread names, symbols; any
+    field, from a process that answers for itself)."""
     mem, rep = doc["memory"], doc["report"]
     out = []
     out.append("lowtide stats: pid %d (%s), up %.1f s%s" % (
@@ -248,7 +256,7 @@ def render(doc, nthreads=5, nsites=5):
             frames = s.get("frames") or []
             where = " < ".join(_frame_name(f) for f in frames[:3]) or "?"
             out.append("  %12s in %6d blocks  %s" % (human(s.get("live_bytes", 0)), s.get("live_blocks", 0), where))
-    return "\n".join(out)
+    return "\n".join(printable(line) for line in out)
 
 
 def main_stats(pid, as_json=False, timeout=10.0):
@@ -258,10 +266,18 @@ def main_stats(pid, as_json=False, timeout=10.0):
         print("lowtide stats: %s" % e, file=sys.stderr)
         return 1
     if as_json:
+        # json.dump escapes every control character (and, ensure_ascii,
+        # every non-ASCII one): nothing of the process's reaches the
+        # terminal raw.
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
-    else:
-        print(render(doc))
+        return 0
+    try:
+        text = render(doc)
+    except MALFORMED as e:
+        print("lowtide stats: pid %d sent a malformed answer (%s)" % (pid, printable(repr(e))), file=sys.stderr)
+        return 1
+    print(text)
     return 0
 
 
@@ -273,9 +289,9 @@ def top_line(doc):
     mem = doc["memory"]
     rows = top_threads(doc["report"], 1)
     who = "%s %s (%s)" % (rows[0]["tid"], rows[0]["name"], human(thread_live(rows[0]))) if rows else "-"
-    return "%-8s %10s %10s %10s %10s %10s %10s  %s" % (
+    return printable("%-8s %10s %10s %10s %10s %10s %10s  %s" % (
         time.strftime("%H:%M:%S"), human(mem["rss"]), human(mem["small_resident"]), human(mem["large_live"]),
-        human(mem["cache"]), human(mem["pending_release"]), human(mem["rest"]), who)
+        human(mem["cache"]), human(mem["pending_release"]), human(mem["rest"]), who))
 
 
 def main_top(pid, interval=1.0, count=None, timeout=10.0):
@@ -289,7 +305,13 @@ def main_top(pid, interval=1.0, count=None, timeout=10.0):
             except LiveError as e:
                 print("lowtide top: %s" % e, file=sys.stderr)
                 return 1
-            print(top_line(doc), flush=True)
+            try:
+                line = top_line(doc)
+            except MALFORMED as e:
+                print("lowtide top: pid %d sent a malformed answer (%s)" % (pid, printable(repr(e))),
+                      file=sys.stderr)
+                return 1
+            print(line, flush=True)
             n += 1
             if count is None or n < count:
                 time.sleep(interval)

@@ -28,6 +28,10 @@ Cases (one meson test each):
              not the process's: refused
   bigans     the process itself answers with more than 64 MiB: the CLI
              stops reading there and says so
+  escapes    a process whose command line and main thread name carry
+             terminal escape sequences: `lowtide stats`, `top`, `report` and
+             the call-site lines print no ESC (0x1b) or other control;
+             `stats --json` stays valid JSON with the sequences escaped
 
 Usage: live_test.py CASE PROG LAUNCHER"""
 import json
@@ -83,8 +87,8 @@ def thread_names(pid):
 class Prog:
     """live_prog under the test's control: commands in, one line each out."""
 
-    def __init__(self, argv, env):
-        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, argv, env, **kw):
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **kw)
         facts = self.read()
         self.pid = int(facts["pid"])
         self.baseline = int(facts.get("baseline_rss", 0))
@@ -453,9 +457,61 @@ def case_bigans(prog, launcher, tmp):
         os.kill(child, 9)
         os.waitpid(child, 0)
 
+
+def case_escapes(prog, launcher, tmp):
+    # The main thread's name is the executable's file name: a link to
+    # live_prog with escape sequences in its name (comm keeps 15 bytes).
+    thread_name = ESC + "[1A" + ESC + "[2Kx"
+    link = os.path.join(tmp, thread_name)
+    os.symlink(prog, link)
+    argv0 = ESC + "]0;TITLE\a" + ESC + "[31mRED" + "\x9b1m" + "\x7f"
+    report = os.path.join(tmp, "r.json")
+    p = Prog([argv0], clean_env(LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=report), executable=link)
+    try:
+        if not check(wait_for(lambda: our_names(p.pid)), "socket present"):
+            return
+        # The sequences really are in the answer (else this test proves nothing).
+        rc, out, err = cli(launcher, ["stats", str(p.pid), "--json"])
+        doc = json.loads(out) if rc == 0 else {}
+        names = [t["name"] for t in doc.get("report", {}).get("threads", [])]
+        check(ESC in doc.get("report", {}).get("command", "") and thread_name in names,
+              "the answer carries them: %r %r" % (doc.get("report", {}).get("command"), names))
+        check(ESC not in out and "\\u001b" in out, "--json: valid JSON, ESC escaped as \\u001b")
+        for args in (["stats", str(p.pid)], ["top", str(p.pid), "--count", "1"]):
+            rc, out, err = cli(launcher, args)
+            bad = [c for c in out + err if ord(c) < 32 and c not in "\n" or 0x7f <= ord(c) <= 0x9f]
+            check(rc == 0 and not bad, "%s: exit %d, controls printed: %r in %r" % (" ".join(args), rc, bad, out))
+        rc, out, err = cli(launcher, ["stats", str(p.pid)])
+        check("?]0;TITLE??[31mRED?1m?" in out and "?[1A?[2Kx" in out,
+              "stats shows them as ? (as ps does): %r" % out)
+        # Call sites: their symbol names are the program's too.
+        site = {"frames": [{"module": "/x/" + ESC + "[2Jlib.so", "offset": 16, "function": ESC + "[2Jfn"}],
+                "live_bytes": 1, "live_blocks": 1}
+        doc["report"]["sites"] = {"enabled": True, "top": [site]}
+        text = stats_cmd.render(doc)
+        check(ESC not in text and "?[2Jfn" in text, "render's call sites: %r" % text)
+        p.p.communicate("quit\n", timeout=60)  # a normal exit: the report is written
+    finally:
+        p.stop()
+    # The exit report, through `lowtide report`, with a call site added.
+    with open(report) as f:
+        rep = json.load(f)
+    check(ESC in rep["command"], "the report carries the command: %r" % rep["command"])
+    rep["sites"] = {"enabled": True, "top": [dict(site, captured=1, blocks=1, bytes=1, remaps=0, peak_live_bytes=1,
+                                                  python=[{"function": ESC + "[2Jpy", "file": "f.py", "line": 1}])]}
+    with open(report, "w") as f:
+        json.dump(rep, f)
+    rc, out, err = cli(launcher, ["report", report])
+    check(rc == 0 and ESC not in out + err and "?[2Jfn" in out and "?[2Jpy" in out and "?]0;TITLE" in out,
+          "report: exit %d, no ESC: %r %r" % (rc, out, err))
+    rc, out, err = cli(launcher, ["report", "--json", report])
+    check(rc == 0 and ESC not in out and ESC in json.loads(out)["processes"][0]["command"],
+          "report --json: valid, escaped: %r" % out[:300])
+
+
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
-         "peer_uid": case_peer_uid, "bigans": case_bigans}
+         "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
