@@ -85,15 +85,19 @@ int move_high(int fd) {
   return hi;
 }
 
+// The name the listening socket was bound to (open_socket), kept: made
+// again later it could differ (a process that chroots away from /proc).
+sockaddr_un bound_name;
+socklen_t bound_len = 0;
+
 // Whether fd is a unix socket bound to our name: the listening socket or a
 // connection accepted on it.
 bool ours_by_name(int fd) {
-  sockaddr_un want, got;
-  const socklen_t want_len = make_name(&want);
+  sockaddr_un got;
   socklen_t len = sizeof got;
   std::memset(&got, 0, sizeof got);
-  return fd >= 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len) == 0 && len == want_len &&
-         std::memcmp(&got, &want, len) == 0;
+  return fd >= 0 && bound_len != 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len) == 0 &&
+         len == bound_len && std::memcmp(&got, &bound_name, len) == 0;
 }
 
 bool still_ours(int fd) {
@@ -122,6 +126,8 @@ int open_socket() {
   }
   listen_dev = st.st_dev;
   listen_ino = st.st_ino;
+  bound_name = a;
+  bound_len = len;
   return fd;
 }
 
