@@ -411,7 +411,7 @@ void serve(const pal::OwnFd& c, std::uint64_t accepted_ns) {
   }
   set_timeout(c.fd, SO_RCVTIMEO, kRecvTimeoutMs);
   set_timeout(c.fd, SO_SNDTIMEO, kSendTimeoutMs);
-  if (read_request(c, accepted_ns + kRecvTimeoutMs * 1'000'000u))
+  if (read_request(c, accepted_ns + static_cast<std::uint64_t>(kRecvTimeoutMs) * 1'000'000u))
     answer(c, accepted_ns + kClientBudgetMs * 1'000'000u);
 }
 
