@@ -56,6 +56,17 @@ def case_predictable_tmp(a, tmp):
     check(leftovers == [], f"temporary files left: {leftovers}")
 
 
+def run_and_drain(a, env, reader):
+    """Runs the report program and returns its (rc, err) and what reached
+    the FIFO open at `reader` (non-blocking) meanwhile."""
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    try:
+        got = os.read(reader, 1 << 20)
+    except BlockingIOError:
+        got = b""
+    return rc, err, got
+
+
 def case_sticky_symlink(a, tmp):
     """In a sticky world-writable directory (like /tmp), a symlink at the
     report's final name that belongs to another user is not followed (the
@@ -74,12 +85,8 @@ def case_sticky_symlink(a, tmp):
     os.symlink(fifo, link)
     os.lchown(link, 65534, 65534)  # nobody
     env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=link)
-    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    rc, err, got = run_and_drain(a, env, reader)
     check(rc == 0, f"exit status {rc}")
-    try:
-        got = os.read(reader, 1 << 20)
-    except BlockingIOError:
-        got = b""
     os.close(reader)
     check(got == b"", f"{len(got)} bytes went through another user's symlink into the FIFO")
     check("symlink of another user" in err, f"a warning names the reason: {err[:300]!r}")
@@ -117,12 +124,8 @@ def case_fifo_rules(a, tmp):
     os.chown(fifo, 65534, 65534)  # nobody's
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=fifo)
-    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    rc, err, got = run_and_drain(a, env, reader)
     check(rc == 0, f"exit status {rc}")
-    try:
-        got = os.read(reader, 1 << 20)
-    except BlockingIOError:
-        got = b""
     check(got == b"", f"{len(got)} bytes went into another user's FIFO")
     check('"schema": "lowtide-report"' in err, "the report went to stderr instead")
     # Our own FIFO, read by nobody and full: the exit must not hang.
