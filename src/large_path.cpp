@@ -474,26 +474,53 @@ void LargePath::lose(int slot, Extent e) {
   large::space.lost.fetch_add(e.bytes(), std::memory_order_relaxed);
 }
 
-// move_pages into the front of `to`, held out of contains() for the call,
-// since a refused call may leave a hole there for a moment (the kernel
-// unmaps a move's destination before its last checks) that another
-// thread's mmap may take: a pointer in it is theirs. Where the hole's
-// piece cannot be told ours again (Moved.lost), `to` is kept out for good
-// (lose) and the caller must neither map over it nor release it. Nothing
-// is moved (a copy instead) where no window can be opened: a fork under
-// way, every held-out slot taken, or kLostMax extents lost already.
-pal::Moved LargePath::move_into(char* src, std::size_t len, Extent to) {
-  if (!a_.may_hold_out()) return {};
-  const int slot = a_.hold_out(to.start, to.n);
-  if (slot < 0) return {};
-  if (!open_hole()) {
-    a_.put_back(slot);
-    return {};
+// The one way a call that may leave a hole in a used extent is made
+// (move_into's pal::move_pages, move_block's pal::move_grow,
+// grow_in_place's pal::grow_mapping): each of the
+// n extents `held` the call may leave a hole in (the kernel unmaps a
+// move's destination before its last checks; move_grow leaves its source
+// unmapped) is held out of contains() from before the window opens, since
+// another thread's mmap may take a hole and a pointer in it is theirs;
+// `call(ours)` runs inside a hole window (fork waits for it), makes the
+// move and maps back what it can, and sets ours[i] false for an extent it
+// cannot tell ours again (ours[i] is true until then). Once the window is
+// closed each extent is put back into contains(), or, where not ours, kept
+// out for good (lose): the caller must then neither map over it nor
+// release it. False, with nothing called and nothing held, where no window
+// can be had: kLostMax extents lost already, every held-out slot taken, a
+// fork under way.
+template <typename Call>
+bool LargePath::in_hole_window(const Extent* held, bool* ours, int n, const Call& call) {
+  int slot[2] = {-1, -1};
+  if (n < 1 || n > 2 || !a_.may_hold_out()) return false;
+  int got = 0;
+  while (got < n && (slot[got] = a_.hold_out(held[got].start, held[got].n)) >= 0) ++got;
+  if (got < n || !open_hole()) {
+    for (int i = 0; i < got; ++i) a_.put_back(slot[i]);
+    return false;
   }
-  const pal::Moved m = ops_.move_pages(src, len, to.base(a_));
+  for (int i = 0; i < n; ++i) ours[i] = true;
+  call(ours);
   close_hole();
-  if (m.lost) lose(slot, to);
-  else a_.put_back(slot);
+  for (int i = 0; i < n; ++i) {
+    if (ours[i]) a_.put_back(slot[i]);
+    else lose(slot[i], held[i]);
+  }
+  return true;
+}
+
+// move_pages into the front of `to` in a hole window (in_hole_window),
+// `to` held out of contains() for the call. Where the refused piece
+// cannot be told ours again (Moved.lost), `to` is kept out for good
+// (lose) and the caller must neither map over it nor release it. Nothing
+// is moved (a copy instead) where no window can be opened.
+pal::Moved LargePath::move_into(char* src, std::size_t len, Extent to) {
+  pal::Moved m;
+  bool ours = true;
+  in_hole_window(&to, &ours, 1, [&](bool* mine) {
+    m = ops_.move_pages(src, len, to.base(a_));
+    mine[0] = !m.lost;
+  });
   return m;
 }
 
@@ -535,22 +562,24 @@ bool LargePath::grow_in_place(Change& c) {
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
   bool grown = false;
-  const int slot = (c.h->flags & kMovedWhole) != 0 && may_make_holes() ? a_.hold_out(tail.start, tail.n) : -1;
-  if (slot >= 0 && !open_hole()) a_.put_back(slot);
-  else if (slot >= 0) {
-    const pal::Grow g = ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes);
-    close_hole();
-    if (g == pal::Grow::lost) {
+  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes()) {
+    // The tail is a hole between grow_mapping's munmap and its mremap:
+    // held out, in a window fork waits for (in_hole_window).
+    pal::Grow g = pal::Grow::refused;
+    bool ours = true;
+    const bool tried = in_hole_window(&tail, &ours, 1, [&](bool* mine) {
+      g = ops_.grow_mapping(c.old.base(a_), c.old.bytes(), c.bytes);
+      mine[0] = g != pal::Grow::lost;
+    });
+    if (tried && !ours) {
       // Another mapping took part of the tail while it was a hole: the
-      // tail stays a used extent for good (never mapped over), and the
-      // block moves instead.
+      // tail stays a used extent for good (lost: never mapped over), and
+      // the block moves instead.
       a_.split(c.old.start, c.need, c.old.n);
-      lose(slot, tail);
       c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
       return false;
     }
-    a_.put_back(slot);
-    grown = g == pal::Grow::grown;
+    grown = tried && g == pal::Grow::grown;
   }
   if (!grown) {
     // However it was decided (refused, no hole allowed, a fork under way),
@@ -610,40 +639,35 @@ Result LargePath::move_block(Change& c, void** out) {
   // A block within one mapping moves and grows as one mapping, so that
   // growing buffers do not pile up a mapping per move (issue 14 part 5).
   // Not into a cached block: its warm pages would be dropped for fresh ones.
-  // Both extents are held out of contains() while either may be a hole.
-  int so = -1, sd = -1;
-  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes) &&
-      (so = a_.hold_out(c.old.start, c.old.n)) >= 0 && (sd = a_.hold_out(to.start, to.n)) >= 0 && open_hole()) {
-    if (ops_.move_grow(obase, old_bytes, nbase, c.bytes)) {
-      const bool old_mapped = ops_.fill_hole(obase, old_bytes);
-      close_hole();
-      a_.put_back(sd);
-      if (old_mapped) a_.put_back(so);
-      else lose(so, c.old);
+  // Both extents are held out of contains() while either may be a hole
+  // (in_hole_window; where no window can be had, the move below).
+  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes)) {
+    const Extent held[2] = {c.old, to};
+    bool ours[2] = {true, true};  // [0] the old extent, [1] the new one
+    bool grown = false;
+    const bool tried = in_hole_window(held, ours, 2, [&](bool* mine) {
+      grown = ops_.move_grow(obase, old_bytes, nbase, c.bytes);
+      // Moved: the old extent is the hole. Refused: the new one may be.
+      if (grown) mine[0] = ops_.fill_hole(obase, old_bytes);
+      else mine[1] = ops_.fill_hole(nbase, c.bytes);
+    });
+    if (tried && grown) {
       stats::add(c.st, stats::large_remap_bytes, old_bytes);
-      finish_move(c, to, warm, true, out, old_mapped);
+      finish_move(c, to, warm, true, out, ours[0]);
       header_of(*out)->flags |= kMovedWhole;
       return Result::ok;
     }
-    const bool dst_mapped = ops_.fill_hole(nbase, c.bytes);
-    close_hole();
-    a_.put_back(so);
-    if (dst_mapped) a_.put_back(sd);
-    else lose(sd, to);
-    so = sd = -1;
     // Refused by the kernel, which may have unmapped the new extent first
     // (up to 6.16 at least; 6.18 checks first): it is mapped again. Where
     // that is refused it is either still mapped or someone's mmap took the
     // hole, which cannot be told apart: the extent is lost and another
     // found. The refusals that can be foreseen were (mremap_growth_ok), so
     // this is a kernel out of memory or a lock lowtide did not see.
-    if (!dst_mapped) {
+    if (tried && !ours[1]) {
       if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
       nbase = to.base(a_);
     }
   }
-  if (sd >= 0) a_.put_back(sd);  // (held, but no window opened: a fork under way)
-  if (so >= 0) a_.put_back(so);
   // Commit the tail first, so that once the pages have moved nothing can
   // fail. (Not the head too, so that a move refused part-way would need no
   // commit: mapping it only for the moved pages to replace it made moves

@@ -81,6 +81,8 @@ class LargePath {
   bool open_hole();
   void close_hole();
   void lose(int slot, Extent e);
+  template <typename Call>
+  bool in_hole_window(const Extent* held, bool* ours, int n, const Call& call);
   pal::Moved move_into(char* src, std::size_t len, Extent to);
   Result undo_lost_move(Change& c, Extent to, bool warm, const pal::Moved& m);
   Result find_new_extent(Change& c, Extent* to, bool* warm);

@@ -54,7 +54,7 @@ void* fwd_realloc(void* p, std::size_t n) {
 // This thread's cached small blocks back to mimalloc, so its collect can
 // give their pages back (malloc_trim, lowtide_release).
 void flush_thread_cache() {
-  if (small::ThreadCache* tc = t_local.cache) small::cache_flush(tc);
+  if (small::ThreadCache* tc = t_local.cache; small::cache_is_open(tc)) small::cache_flush(tc);
   small::shelf_flush();
 }
 
@@ -81,7 +81,8 @@ void free_keep_errno(void* p) {
 void open_thread_cache(stats::Slot* st) {
   st->cache.heap = small::thread_heap();
   small::cache_reset_caps(&st->cache);
-  t_local.cache = &st->cache;
+  t_local.cache = &st->cache;  // (already: stats::attach)
+  __atomic_store_n(&st->cache.take_below, small::kTakeBelowOpen, __ATOMIC_RELAXED);  // last: free may take blocks
 }
 
 void free_arming(stats::Slot* st, void* p, const unsigned char* page) {
@@ -90,9 +91,17 @@ void free_arming(stats::Slot* st, void* p, const unsigned char* page) {
   release_keep_errno(p);
 }
 
-void free_not_cached(void* p, small::ThreadCache* tc, const unsigned char* page) {
+void free_not_cached(void* p, small::ThreadCache* tc) {
+  // A thread without a slot yet: counted into the parked slot, counted
+  // here for real (free_slow makes the slot).
+  if (LT_UNLIKELY(tc == kParkedCache)) return free_uncached(p);
+  const unsigned char* page = small::page_of(p);
   if (const std::uint32_t u = small::page_block_size(page); LT_LIKELY(u != 0)) {
-    stats::add(slot_of(tc), stats::small_freed, u);
+    stats::Slot* st = slot_of(tc);
+    stats::add(st, stats::small_freed, u);
+    // Closed: a thread not warm yet opens its cache on the way (from its
+    // next free on).
+    if (LT_UNLIKELY(t_local.cache_armed != 0) && !small::cache_is_open(tc)) return free_arming(st, p, page);
     // mimalloc, sure to make no system call where the page keeps another
     // block in use (small_path.hpp): errno stays as it is without saving it.
     if (LT_LIKELY(small::page_used(page) >= 2)) return small::release(p);
@@ -101,8 +110,10 @@ void free_not_cached(void* p, small::ThreadCache* tc, const unsigned char* page)
   free_keep_errno(p);
 }
 
-void free_to_shelf(void* p, small::ThreadCache* tc, const unsigned char* page) {
+void free_to_shelf(void* p, small::ThreadCache* tc) {
+  const unsigned char* page = small::slice_of(p);
   const unsigned b = small::cache_bin[small::page_size_field(page) / kMinAlign];
+  small::cache_give_room_back(tc, b);  // (the fast path took it: none was left)
   if (b == 0) {  // a class not cached
     if (small::page_used(page) >= 2) return small::release(p);
     return release_keep_errno(p);
@@ -123,12 +134,12 @@ void* small_miss(stats::Slot* st, std::size_t n, std::size_t u) {
   if constexpr (stats::kEnabled)  // (no thread cache without counting: nothing shelved)
     if (LT_UNLIKELY(small::shelf_has(u))) {
       small::ThreadCache* tc = t_local.cache;
-      if (tc == nullptr && t_local.cache_armed != 0 && small::cache_on &&
+      if (!small::cache_is_open(tc) && t_local.cache_armed != 0 && small::cache_on &&
           st->c[stats::malloc_calls] >= small::kCacheWarm) {
         open_thread_cache(st);
         tc = t_local.cache;
       }
-      if (tc != nullptr)
+      if (small::cache_is_open(tc))
         if (void* h = small::shelf_take(tc, u)) return h;
     }
   void* p = small::allocate_class(u);
@@ -148,11 +159,15 @@ void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow) {
   return operator_new_slow(n, 0, nothrow);
 }
 
+// (The parked cache: a thread without a slot yet, counted into the parked
+// slot; counted here for real, its slot made.)
 void* malloc_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u) {
+  if (LT_UNLIKELY(tc == kParkedCache)) return malloc_uncached(n);
   return malloc_miss(slot_of(tc), n, u);
 }
 
 void* new_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u, bool nothrow) {
+  if (LT_UNLIKELY(tc == kParkedCache)) return new_uncached(n, nothrow);
   return new_miss(slot_of(tc), n, u, nothrow);
 }
 

@@ -43,13 +43,18 @@ void open_thread_cache(stats::Slot* st);
 // free of a block whose bin is full: the bin onto the shelf and p into the
 // emptied bin, else p to mimalloc (errno kept).
 // (Bin 0, of the classes not cached, is always full: p to mimalloc.)
-// (p first and the size read again from the page: the inlined caller then
-// moves no register to make the call.)
-void free_to_shelf(void* p, small::ThreadCache* tc, const unsigned char* page);
-// free of a block the cache does not take (on `page`: aligned blocks on
-// the page, its class above kCacheMax, or mimalloc's huge blocks), by a thread
-// whose cache is open; the call is counted, not yet its bytes.
-void free_not_cached(void* p, small::ThreadCache* tc, const unsigned char* page);
+// (p first, and its page found again from p (the fast path found the
+// slice entry to be its page: slice_of): the inlined caller then moves no
+// register to make the call, and addresses the page's fields from the
+// segment and the slice's offset without adding them up first.)
+void free_to_shelf(void* p, small::ThreadCache* tc);
+// free of a block the cache does not take (aligned blocks on its page,
+// its class above kCacheMax, or mimalloc's huge blocks, or any block while
+// the cache is closed: the thread is not warm yet or past its exit
+// destructor); the call is counted in tc's slot, not yet its bytes (the
+// parked cache: counted nowhere yet, free_uncached). Its page is found here
+// (the fast path read only p's slice entry).
+void free_not_cached(void* p, small::ThreadCache* tc);
 // free of a small block p (on `page`) by a thread whose cache may open
 // (armed, not yet open): opens it once the thread is warm (from its next
 // free on), then p to mimalloc as free's fast path does.
@@ -64,12 +69,11 @@ void free_arming(stats::Slot* st, void* p, const unsigned char* page);
 // keeps nothing across a call, so it saves no register.
 void* malloc_miss(stats::Slot* st, std::size_t n, std::size_t u);
 void* new_miss(stats::Slot* st, std::size_t n, std::size_t u, bool nothrow);
-// The fast paths of a thread without an open cache (its first calls, a
-// thread not yet warm or past its exit destructor): the counter slot from
-// t_local, as the inlined part finds it from the cache. Out of line, so the
-// inlined part reads one thread-local pointer, not two.
-// The same from the inlined fast path of a thread with a cache: the slot
-// found from tc here, not there, where it would be one more register.
+// The miss functions reached from the inlined fast paths: the slot found
+// from tc here, not there, where it would be one more register. tc the
+// parked cache (a thread without a slot: what the fast path counted went
+// to the parked slot), they hand the call to the *_uncached functions
+// below, which count it for real from t_local (making the slot).
 void* malloc_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u);
 void* new_miss_cached(small::ThreadCache* tc, std::size_t n, std::size_t u, bool nothrow);
 void* malloc_uncached(std::size_t n);
@@ -77,9 +81,10 @@ void* new_uncached(std::size_t n, bool nothrow);
 void free_uncached(void* p);
 
 // The counter slot of the thread whose cache tc is: t_local.cache is only
-// ever NULL or &t_local.stats->cache (open_thread_cache), so the fast paths
-// test that one pointer and find the slot at a fixed offset from it, instead
-// of loading and testing t_local.stats as well.
+// ever &t_local.stats->cache (from stats::attach to the exit destructor)
+// or the parked cache,
+// itself in a slot (state.hpp), so the fast paths load that one pointer,
+// test nothing, and find the slot at a fixed offset from it.
 inline stats::Slot* slot_of(small::ThreadCache* tc) {
   return reinterpret_cast<stats::Slot*>(reinterpret_cast<char*>(tc) - offsetof(stats::Slot, cache));
 }
@@ -87,8 +92,8 @@ inline stats::Slot* slot_of(small::ThreadCache* tc) {
 // The common case, inlined into the exported symbols: a small request of
 // a class in the lookup table (n < route::settings.malloc_fast_below, which
 // the caller checked: the process is ready, n is below the cutoff and its
-// class is in the verified table), from a thread whose cache is open (else
-// the *_uncached functions). It is counted before anything is allocated,
+// class is in the verified table), from the thread's cache (never NULL:
+// a closed or parked one has empty bins, so the call misses). It is counted before anything is allocated,
 // from n and the class table alone; then a block from the thread's cache,
 // or NULL: the caller tail-calls its miss function above.
 inline void* small_pop(small::ThreadCache* tc, std::size_t n, std::size_t u, stats::Counter call) {
@@ -99,48 +104,66 @@ inline void* small_pop(small::ThreadCache* tc, std::size_t n, std::size_t u, sta
 static_assert(64 - __builtin_clzll(small::kTableMax) < stats::kHistBuckets,
               "count_small_alloc's bucket needs no clamp below the table's end");
 
+// On x86-64 the gate is read by the `cmp` itself (one instruction: GCC
+// never folds an atomic load into another): a plain load is an acquire on
+// x86, and the volatile asm with its memory clobber keeps the compiler from
+// moving any later load (the class tables, t_local) above it.
 inline bool fast_ok(std::size_t n) {
+#if defined(__x86_64__)
+  bool below;
+  asm volatile("{cmpq %[gate], %[n]|cmp %[n], %[gate]}"
+               : "=@ccb"(below)
+               : [gate] "m"(*reinterpret_cast<const std::size_t*>(&route::settings.malloc_fast_below)), [n] "r"(n)
+               : "memory");
+  return __builtin_expect(below, 1);
+#else
   return __builtin_expect(n < route::settings.malloc_fast_below.load(std::memory_order_acquire), 1);
+#endif
 }
 
 inline void* malloc(std::size_t n) {
   if (fast_ok(n)) {
-    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
-      const std::size_t u = small::fast_class(n);
-      if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
-      return malloc_miss_cached(tc, n, u);
-    }
-    return malloc_uncached(n);
+    // (Never NULL: a thread without a slot counts into the parked cache's,
+    // whose bins are empty: the miss function counts again.)
+    small::ThreadCache* tc = t_local.cache;
+    const std::size_t u = small::fast_class(n);
+    if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+    return malloc_miss_cached(tc, n, u);
   }
   return malloc_slow(n);
 }
 
 inline void free(void* p) {
   if (p == nullptr) return;
-  // Not a large block, the gate open (route.hpp), the thread's cache open
-  // (so its slot made: slot_of).
+  // Not a large block, the gate open (route.hpp). The thread's cache is
+  // never NULL (t_local): open, closed or the parked one, whose counter
+  // slot (slot_of) is counted into here and again out of line when it is
+  // the parked one; only an open cache takes the block (take_below).
   if (__builtin_expect(!route::settings.free_slow_for(p), 1)) {
-    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
+    {
+      small::ThreadCache* tc = t_local.cache;
       stats::Slot* st = slot_of(tc);
       stats::add(st, stats::free_calls, 1);
-      const unsigned char* page = small::page_of(p);
-      // A class the cache may take (every call out of here is a tail call:
+      // p's slice entry, its page if the block is one the cache may take
+      // (small_path.hpp's slice_of; every call out of here is a tail call:
       // no registers to save on the way in).
-      if (const std::uint32_t u = small::page_size_field(page); __builtin_expect(small::page_cacheable(page, u), 1)) {
+      const small::SliceRef slice = small::slice_ref(p);
+      if (const std::uint64_t u = small::slice_size_field(slice); __builtin_expect(small::slice_cacheable(slice, u, tc), 1)) {
         stats::add(st, stats::small_freed, u);
         // Into this thread's cache while its bin has room. (Bin 0, of
         // classes not cached, has cap 0: never room.)
-        const unsigned b = small::cache_bin[u / kMinAlign];
-        if (__builtin_expect(small::cache_has_room(tc, b), 1)) {
+        // (64 bits wide: no `mov` to zero-extend it for the second index.)
+        const std::size_t b = small::cache_bin[u / kMinAlign];
+        if (__builtin_expect(small::cache_take_room(tc, b), 1)) {
           if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
-          return small::cache_put(tc, b, p);
+          return small::cache_link(tc, b, p);
         }
-        // A cached class whose bin is full: the bin to the shelf.
-        return free_to_shelf(p, tc, page);
+        // A cached class whose bin is full: the bin to the shelf (the
+        // room taken back there).
+        return free_to_shelf(p, tc);
       }
-      return free_not_cached(p, tc, page);
+      return free_not_cached(p, tc);
     }
-    return free_uncached(p);
   }
   free_slow(p);
 }
@@ -148,12 +171,10 @@ inline void free(void* p) {
 // operator new: align 0 = the default; failure runs the new_handler loop.
 inline void* operator_new(std::size_t n, std::size_t align, bool nothrow) {
   if (align == 0 && fast_ok(n)) {
-    if (small::ThreadCache* tc = t_local.cache; __builtin_expect(tc != nullptr, 1)) {
-      const std::size_t u = small::fast_class(n);
-      if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
-      return new_miss_cached(tc, n, u, nothrow);
-    }
-    return new_uncached(n, nothrow);
+    small::ThreadCache* tc = t_local.cache;  // (never NULL: malloc above)
+    const std::size_t u = small::fast_class(n);
+    if (void* h = small_pop(tc, n, u, stats::malloc_calls); __builtin_expect(h != nullptr, 1)) return h;
+    return new_miss_cached(tc, n, u, nothrow);
   }
   return operator_new_slow(n, align, nothrow);
 }

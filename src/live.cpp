@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "large_cache.hpp"
@@ -71,13 +72,23 @@ socklen_t make_name(sockaddr_un* a) {
 // program that closes everything and opens again is unlikely to land on it
 // (the inode check catches it if it does); not so high that the kernel's fd
 // table must grow far (it is sized to the highest fd).
-int move_high(int fd) {
+// `ours` (optional): whether the copy is still what the caller opened. A
+// program closing every fd may have closed the low number and opened its
+// own there before the copy was made: then the copy, a copy of the
+// program's file, is closed and -1 returned, the low number left alone
+// (closing it would close the program's file, and a kept copy of its pipe
+// would keep its reader from ever seeing the end).
+int move_high(int fd, bool (*ours)(int) = nullptr) {
   if (fd < 0) return fd;
   struct rlimit rl;
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur <= 64) return fd;
   rlim_t want = rl.rlim_cur / 2 < 1024 ? rl.rlim_cur / 2 : 1024;
   int hi = ::fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(want));
   if (hi < 0) return fd;
+  if (ours != nullptr && !ours(hi)) {
+    ::close(hi);
+    return -1;
+  }
   // The low number is closed only if it is still the same socket: a
   // program closing every fd at this instant may already have reopened it.
   struct stat a, b;
@@ -106,15 +117,38 @@ bool still_ours(int fd) {
          st.st_dev == listen_dev;
 }
 
+// Our name with "/<16 hex digits>" of pal::random_u64 appended: where
+// another process holds our name (EADDRINUSE), the name we take instead.
+socklen_t add_suffix(sockaddr_un* a, socklen_t len) {
+  const std::size_t at = len - offsetof(sockaddr_un, sun_path);
+  if (at + 17 > sizeof a->sun_path) return 0;
+  auto r = fmt::format_to_n(a->sun_path + at, 17, "/{:016x}", pal::random_u64());
+  return static_cast<socklen_t>(len + r.size);
+}
+
 int open_socket() {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_un a;
-  socklen_t len = make_name(&a);
-  // EADDRINUSE: another process in this network namespace has our name (the
-  // same pid in another pid namespace whose inode we could not read): this
-  // process is then not reachable.
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd, 4) != 0) {
+  const socklen_t plain_len = make_name(&a);
+  socklen_t len = plain_len;
+  // EADDRINUSE: another process in this network namespace has our name.
+  // An abstract name is whoever's binds it first, and any local user can
+  // bind the names of pids still to come (or the same pid of another pid
+  // namespace whose inode we could not read has it). Then we bind
+  // "<our name>/<64 random bits>", which nobody can take ahead of us; the
+  // CLI looks for names under our name in /proc/net/unix when the one at
+  // our name is not us (python/lowtide_cli/stats_cmd.py), and believes a
+  // listener only after SO_PEERCRED says it is this pid, as for the plain
+  // name. A few tries: the random bits colliding with a live name is not
+  // going to happen, but a try costs nothing.
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
+  for (int tries = 0; rc != 0 && errno == EADDRINUSE && tries < 4; ++tries) {
+    len = add_suffix(&a, plain_len);  // the same 17 bytes after the name each time
+    if (len == 0) break;
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
+  }
+  if (rc != 0 || ::listen(fd, 4) != 0) {
     ::close(fd);
     return -1;
   }
@@ -204,11 +238,13 @@ std::uint64_t small_resident_of(const char* s) {
 }
 
 // /proc/self/maps (no page walk, unlike smaps: cheap), streamed through a
-// fixed buffer (only this thread reads it).
+// fixed buffer (only this thread reads it). Opened by the platform layer
+// (pal::open_maps: no link, never blocking, a regular file only), then
+// moved high and checked before each read and the close (pal::OwnFd).
 std::uint64_t small_resident() {
   static char buf[16 << 10];
   pal::OwnFd o;
-  if (!pal::own(move_high(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)), &o)) {
+  if (!pal::own(move_high(pal::open_maps()), &o)) {
     if (o.fd >= 0) ::close(o.fd);
     return 0;
   }
@@ -386,7 +422,9 @@ bool read_request(const pal::OwnFd& c, std::uint64_t until_ns) {
 }
 
 // The uid the kernel reports for a peer whose uid has no mapping in this
-// user namespace (/proc/sys/kernel/overflowuid, 65534 by default).
+// user namespace (/proc/sys/kernel/overflowuid, 65534 by default, or
+// where it cannot be read). Read once, when the server thread starts and
+// before its first accept (server_main), not on each connection.
 uid_t overflow_uid() {
   char buf[32];
   if (pal::read_file("/proc/sys/kernel/overflowuid", buf, sizeof buf) <= 0) return 65534;
@@ -395,59 +433,133 @@ uid_t overflow_uid() {
   return static_cast<uid_t>(v);
 }
 
-void serve(const pal::OwnFd& c, std::uint64_t accepted_ns) {
+// Whether the peer of connection c may be answered: its uid is our
+// effective uid now, not at start (a daemon that drops privileges answers
+// its new user, and root, from then on), or 0. A peer the kernel reports as
+// the overflow uid is a user with no mapping in our user namespace (any
+// user outside a rootless container running as "nobody"): refused even
+// where that is our own uid. Checked before anything else is done for it.
+bool peer_allowed(int c, uid_t overflow) {
   ucred cred{};
   socklen_t len = sizeof cred;
-  // Our euid now, not at start: a daemon that drops privileges answers its
-  // new user (and root) from then on. A peer the kernel reports as the
-  // overflow uid is a user with no mapping in our user namespace (any user
-  // outside a rootless container running as "nobody"): refused even where
-  // that is our own uid. Checked before anything else is done for it.
   const uid_t me = ::geteuid();
-  if (!pal::still_own(c) || ::getsockopt(c.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-      (cred.uid != 0 && (cred.uid != me || cred.uid == overflow_uid()))) {
-    refused.fetch_add(1, std::memory_order_relaxed);
-    return;  // closed without a byte
-  }
+  return ::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+         (cred.uid == 0 || (cred.uid == me && cred.uid != overflow));
+}
+
+// Whether the request was answered.
+bool serve(const pal::OwnFd& c, std::uint64_t accepted_ns) {
   set_timeout(c.fd, SO_RCVTIMEO, kRecvTimeoutMs);
   set_timeout(c.fd, SO_SNDTIMEO, kSendTimeoutMs);
-  if (read_request(c, accepted_ns + static_cast<std::uint64_t>(kRecvTimeoutMs) * 1'000'000u))
-    answer(c, accepted_ns + kClientBudgetMs * 1'000'000u);
+  if (!read_request(c, accepted_ns + static_cast<std::uint64_t>(kRecvTimeoutMs) * 1'000'000u)) return false;
+  const std::uint64_t before = answered.load(std::memory_order_relaxed);
+  answer(c, accepted_ns + kClientBudgetMs * 1'000'000u);
+  return answered.load(std::memory_order_relaxed) != before;
+}
+
+// What a connection the server does not answer may cost it: another
+// user's flood of connections (each refused), or ours that connect and
+// send nothing or nonsense. Without a bound, 195k refused connections in
+// 5 s took 4.4 s of this thread's CPU in the victim process. The CPU this
+// thread spends on each connection it does not answer (accept, the checks,
+// close; measured with CLOCK_THREAD_CPUTIME_ID, so a slow or loaded
+// machine does not change the bound) is added up per window of kWindowNs;
+// past kIdleBudgetNs the thread sleeps to the end of the window without
+// accepting: the kernel then keeps at most the listen backlog's few
+// connections queued and refuses further connects by itself (EAGAIN, or a
+// blocking connect waits), at no cost to this process. So at most 2 % of a
+// core (plus one connection's cost per window) goes to such connections,
+// whatever the peers do. A request from our own user is still answered
+// after the pause: the CLI waits in connect (it is woken at each accept)
+// and retries until its deadline; a connection that is answered is not
+// counted (only our user or root gets one, and they can do more than that
+// to the process anyway).
+//
+// The loop's clocks are system calls (clock_gettime, clock_nanosleep): no
+// allocation and no lock that malloc takes, as the rest of the loop.
+constexpr std::uint64_t kWindowNs = 100'000'000;    // 100 ms
+constexpr std::uint64_t kIdleBudgetNs = 2'000'000;  // 2 ms of CPU in each: 2 % of a core
+
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+struct Budget {
+  std::uint64_t window_start = 0;  // CLOCK_MONOTONIC
+  std::uint64_t spent = 0;         // CPU ns on unanswered connections in this window
+
+  void charge(std::uint64_t cpu_ns) {
+    const std::uint64_t now = pal::now_ns();
+    if (now - window_start >= kWindowNs) {
+      window_start = now;
+      spent = 0;
+    }
+    spent += cpu_ns;
+    if (spent < kIdleBudgetNs) return;
+    // Spent: not a single accept until the window ends.
+    const std::uint64_t until = window_start + kWindowNs;
+    timespec ts{static_cast<time_t>(until / 1'000'000'000u), static_cast<long>(until % 1'000'000'000u)};
+    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+};
+
+enum class Took { answered, not_answered, stop };
+
+// One connection (or one failed accept): whether it was answered. The
+// peer's credentials are checked on the fd accept gave, before anything
+// else is done for it: a refused connection costs accept, getsockname,
+// getsockopt and close, nothing more.
+Took take_one(int fd, int pid, uid_t overflow) {
+  int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (c < 0) {
+    if (errno == EINTR || errno == ECONNABORTED) return Took::not_answered;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      // Out of fds or memory: the pending client waits; try again later.
+      timespec ts{0, 100'000'000};
+      ::nanosleep(&ts, nullptr);
+      return Took::not_answered;
+    }
+    return Took::stop;  // EBADF, ENOTSOCK, EINVAL: the fd is not our listening socket any more
+  }
+  // A connection of ours is known by its local name, our listening one:
+  // where the program took the number in the instant after accept, the fd
+  // is its own, left alone.
+  const std::uint64_t accepted_ns = pal::now_ns();
+  if (!ours_by_name(c)) return Took::not_answered;
+  if (!peer_allowed(c, overflow)) {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    ::close(c);  // without a byte read or written
+    return Took::not_answered;
+  }
+  // Out of the numbers the program hands out, and checked before each use:
+  // a program closing every fd may reuse the number (pal::OwnFd).
+  pal::OwnFd o;
+  if (!pal::own(move_high(c, ours_by_name), &o) || !ours_by_name(o.fd)) return Took::not_answered;
+  client_fd.store(o.fd);
+  const bool done = static_cast<int>(::getpid()) == pid && serve(o, accepted_ns);
+  client_fd.store(-1);
+  // shutdown ends the connection itself, also for a copy of the fd a fork
+  // inherited in the instant before client_fd was set.
+  if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
+  pal::close_own(o);
+  return done ? Took::answered : Took::not_answered;
 }
 
 void* server_main(void* arg) {
   pthread_setname_np(pthread_self(), "lowtide-live");
   const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
   const int pid = g.pid;
+  const uid_t overflow = overflow_uid();
+  Budget budget;
   for (;;) {
+    const std::uint64_t cpu0 = thread_cpu_ns();
     if (!still_ours(fd) || listen_fd.load() != fd) break;
-    int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of fds or memory: the pending client waits; try again later.
-        timespec ts{0, 100'000'000};
-        ::nanosleep(&ts, nullptr);
-        continue;
-      }
-      break;  // EBADF, ENOTSOCK, EINVAL: the fd is not our listening socket any more
-    }
-    // Out of the numbers the program hands out, and checked before each
-    // use: a program closing every fd may reuse the number (pal::OwnFd).
-    // A connection of ours is known by its local name, our listening one:
-    // where the program took the number in the instant after accept, the
-    // fd is its own, left alone.
-    const std::uint64_t accepted_ns = pal::now_ns();
-    if (!ours_by_name(c)) continue;
-    pal::OwnFd o;
-    if (!pal::own(move_high(c), &o) || !ours_by_name(o.fd)) continue;
-    client_fd.store(o.fd);
-    if (static_cast<int>(::getpid()) == pid) serve(o, accepted_ns);
-    client_fd.store(-1);
-    // shutdown ends the connection itself, also for a copy of the fd a
-    // fork inherited in the instant before client_fd was set.
-    if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
-    pal::close_own(o);
+    const Took t = take_one(fd, pid, overflow);
+    if (t == Took::stop) break;
+    if (t == Took::not_answered) budget.charge(thread_cpu_ns() - cpu0);
   }
   // Ours no more (closed, or its number reused by the program): leave the
   // fd alone, it may be the program's now. Still ours after an unexpected

@@ -2,12 +2,14 @@
 // process's counters from outside, without a signal and without stopping it.
 //
 // A thread named lowtide-live waits in accept() on an abstract Unix socket,
-// "lowtide/<pid namespace inode>/<pid>", and answers one line ("stats\n")
-// from a peer of the same uid as our effective uid, or root (SO_PEERCRED),
-// with one JSON document: the live resident-memory breakdown and the JSON
-// report the exit report writes (report::json_now). Details and the reasons
-// for each rule: docs/design-notes.md ("The live query"), docs/security.md
-// ("The live socket").
+// "lowtide/<pid namespace inode>/<pid>" (or, where another process holds
+// that name, the same followed by "/<16 random hex digits>"), and answers
+// one line ("stats\n") from a peer of the same uid as our effective uid, or
+// root (SO_PEERCRED), with one JSON document: the live resident-memory
+// breakdown and the JSON report the exit report writes (report::json_now).
+// Connections it does not answer get at most 2 % of a core (live.cpp,
+// Budget). Details and the reasons for each rule: docs/design-notes.md
+// ("The live query"), docs/security.md ("The live socket").
 #pragma once
 
 namespace lowtide::live {

@@ -9,11 +9,13 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -208,6 +210,17 @@ void decommit(void* p, std::size_t len) {
   std::memset(p, 0, len);
 }
 
+int open_maps() {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 namespace {
 // PROCMAP_QUERY's argument (include/uapi/linux/fs.h, Linux 6.11): Debian
 // 12's headers predate it. The kernel checks `size`, so a kernel with a
@@ -221,27 +234,42 @@ struct ProcmapQuery {
 static_assert(sizeof(ProcmapQuery) == 104, "PROCMAP_QUERY's struct is 104 bytes");
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 
+// Whether a refused move of several mappings moves none of them: true on
+// kernels before 6.17, which move a range whole or refuse it whole; from
+// 6.17 a move goes a mapping at a time and stops at one it cannot move,
+// with the ones before it moved. Asked only where PROCMAP_QUERY was
+// answered ENOTTY, which is a kernel before 6.11, unless a seccomp filter
+// answers ENOTTY for a newer one: then the release says which (a process
+// that made uname lie with the UNAME26 personality, setarch --uname-2.6,
+// is taken for a new kernel: its blocks are copied, never moved part-way).
+// Unknown (-1) until asked; 0 or 1 after.
+std::atomic<int> whole_moves{-1};
+bool moves_whole() {
+  int v = whole_moves.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const int saved = errno;
+    struct utsname u;
+    const int persona = ::personality(0xffffffff);
+    v = ::uname(&u) == 0 && persona != -1 && (persona & UNAME26) == 0 && release_below(u.release, 6, 17) ? 1 : 0;
+    errno = saved;
+    whole_moves.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 // Set once PROCMAP_QUERY was answered ENOTTY (a kernel before 6.11): every
 // later question would get the same answer, so /proc is not opened again
 // for it (each realloc that moves a block would otherwise pay an open, a
 // refused ioctl and a close to learn that nothing can be moved).
 std::atomic<bool> query_missing{false};
 
-// /proc/self/maps, to be asked with PROCMAP_QUERY, or -1. Opened each time,
-// not kept: a program closing every descriptor it did not open (daemons
-// do) would leave a kept one pointing at its next file. Read only, never
-// created, not through a link at the last step; a regular file only
-// (procfs's are; whatever a chroot put at that path gets no ioctl).
-int open_maps() {
+// /proc/self/maps to be asked with PROCMAP_QUERY (open_maps), or -1, also
+// once the kernel said it has no such ioctl. Opened each time, not kept: a
+// program closing every descriptor it did not open (daemons do) would
+// leave a kept one pointing at its next file.
+int open_for_query() {
   if (query_missing.load(std::memory_order_relaxed)) return -1;
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  return open_maps();
 }
 
 // Bytes from p to the end of the mapping that covers it, at most len; 0
@@ -309,7 +337,7 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
     m.lost = !recover(to, piece);
     return false;
   };
-  const int fd = open_maps();
+  const int fd = open_for_query();
   if (fd >= 0) {
     while (m.bytes < len) {
       const std::size_t piece = mapping_left(fd, s + m.bytes, len - m.bytes);
@@ -323,12 +351,29 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
   // which move() maps again). The whole range in one call, then. Not
   // where the question could not be asked at all (no /proc: a kernel that
   // may move part of a range and stop).
-  if (m.bytes == 0 && m.refused == 0 && query_missing.load(std::memory_order_relaxed)) move(len);
+  if (m.bytes == 0 && m.refused == 0 && query_missing.load(std::memory_order_relaxed) && moves_whole()) move(len);
   errno = saved;
   return m;
 }
 
-void set_procmap_query_missing(bool missing) { query_missing.store(missing, std::memory_order_relaxed); }
+void set_procmap_query_missing(bool missing, const char* release) {
+  query_missing.store(missing, std::memory_order_relaxed);
+  whole_moves.store(release == nullptr ? -1 : release_below(release, 6, 17) ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool release_below(const char* release, int major, int minor) {
+  // "6.1.0-28-amd64", "5.10.0", "6.18.44-fc-v1147": the first two numbers.
+  int v[2] = {-1, -1};
+  const char* s = release;
+  for (int i = 0; i < 2; ++i) {
+    if (*s < '0' || *s > '9') return false;
+    int n = 0;
+    while (*s >= '0' && *s <= '9' && n < 100000) n = n * 10 + (*s++ - '0');
+    v[i] = n;
+    if (i == 0 && *s++ != '.') return false;
+  }
+  return v[0] < major || (v[0] == major && v[1] < minor);
+}
 
 bool recover_destination(void* p, std::size_t len) {
   const int saved = errno;
@@ -339,7 +384,7 @@ bool recover_destination(void* p, std::size_t len) {
 
 bool one_mapping(const void* p, std::size_t len) {
   const int saved = errno;
-  const int fd = open_maps();
+  const int fd = open_for_query();
   const bool ok = fd >= 0 && mapping_left(fd, p, len) == len;
   if (fd >= 0) ::close(fd);
   errno = saved;

@@ -64,9 +64,10 @@ int munlockall();
 // foreseen, since kernels before 6.17 unmap the destination before most of
 // their checks (a refused move would leave a hole there). A kernel that
 // answers PROCMAP_QUERY with ENOTTY (before 6.11) gets the whole range in
-// one call, which it moves whole or refuses whole; where /proc cannot be
-// opened nothing is moved (such a kernel may be one that moves part of a
-// range and stops).
+// one call, which it moves whole or refuses whole, if uname agrees that it
+// is older than 6.17 (a seccomp filter may answer ENOTTY on a newer one);
+// where /proc cannot be opened nothing is moved (such a kernel may be one
+// that moves part of a range and stops).
 //
 // Moved.refused: the length of an mremap that was made and refused, at
 // dst+bytes (0: none was). Every kernel unmaps a move's destination before
@@ -95,8 +96,19 @@ Moved move_pages(void* src, std::size_t len, void* dst);
 // in those microseconds on that very spot).
 bool recover_destination(void* p, std::size_t len);
 // For tests: as if the kernel had answered PROCMAP_QUERY with ENOTTY (true),
-// or had not yet been asked (false).
-void set_procmap_query_missing(bool missing);
+// or had not yet been asked (false); and as if uname gave `release` (null:
+// ask uname again when it matters).
+void set_procmap_query_missing(bool missing, const char* release = nullptr);
+// Whether a kernel release string ("6.1.0-28-amd64") is below major.minor;
+// false for one that does not start with two numbers.
+bool release_below(const char* release, int major, int minor);
+// /proc/self/maps opened read only (O_CLOEXEC), never created, not through
+// a link at the last step (O_NOFOLLOW), never blocking (O_NONBLOCK,
+// O_NOCTTY), and kept only if it is a regular file (procfs's are; whatever
+// a chroot put at that path is closed again): the fd, or -1. The caller
+// closes it. The one place lowtide opens that file (move_pages and
+// one_mapping ask it PROCMAP_QUERY; the live server reads it).
+int open_maps();
 // Whether [p, p+len) lies within one mapping (Linux 6.11's PROCMAP_QUERY
 // on /proc/self/maps, one open, one ioctl, one close: ~6 us here). False
 // when it does not, or when it cannot be told (an older kernel, no /proc).

@@ -8,7 +8,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <utility>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -91,31 +94,181 @@ bool expand_path(const char* pattern, char* out) {
 
 namespace {
 
-// The directory part of target into dir: "." when there is none.
-void dir_of(const char* target, char* dir) {
-  const char* slash = std::strrchr(target, '/');
-  if (slash == nullptr) {
-    std::memcpy(dir, ".", 2);
+// A symlink lowtide follows on the way to a report (at the final name or
+// above it) is ours or root's: stricter than the kernel's
+// fs.protected_symlinks, which trusts any link outside sticky directories,
+// because a process of ours may run as root with a path pointing into
+// someone else's directory. (In a user namespace a link of an unmapped
+// user, the host's root's too, shows as the overflow uid and is not
+// followed: /var/run there, /run works.)
+bool may_follow(const struct stat& link) { return link.st_uid == ::geteuid() || link.st_uid == 0; }
+
+// procfs's links are made by the kernel, nobody can plant or swap one, and
+// several are not paths at all (an fd's object, a deleted directory,
+// another mount namespace's root): the kernel follows them, never their
+// text. But where one leads out of procfs is another process's choice
+// when it is that process's (/proc/<pid>/cwd, root, fd/N: its owner's,
+// even where the link shows as root's, a non-dumpable process), so such a
+// link is followed only from our own /proc/self or /proc/thread-self
+// (own_proc_dir); one that stays in procfs (/proc/self, /proc/net) from
+// anywhere in it.
+bool on_procfs(int fd) {
+  struct statfs sf;
+  return ::fstatfs(fd, &sf) == 0 && sf.f_type == PROC_SUPER_MAGIC;
+}
+bool own_proc_dir(int dir) {
+  struct stat d;
+  if (::fstat(dir, &d) != 0) return false;
+  for (const char* own : {"/proc/self", "/proc/self/fd", "/proc/thread-self", "/proc/thread-self/fd"}) {
+    const int fd = ::open(own, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat o;
+    const bool same = ::fstat(fd, &o) == 0 && o.st_dev == d.st_dev && o.st_ino == d.st_ino;
+    ::close(fd);
+    if (same) return true;
+  }
+  return false;
+}
+
+// /dev/fd/N, /dev/stdout and /dev/stderr (alone or followed by "/...") as
+// the procfs names they are links to, at the top of the report's path and
+// in every link's text: in a user namespace the host's /dev links belong to
+// an unmapped user (the overflow uid), which may_follow refuses. The links
+// are the kernel's documented ones (devices.txt), not looked up. In place,
+// in a kPathMax buffer; left as it is where the result would not fit.
+void dev_fd_names(char* path) {
+  static constexpr struct {
+    const char *from, *to;
+  } kNames[] = {{"/dev/fd", "/proc/self/fd"}, {"/dev/stdout", "/proc/self/fd/1"}, {"/dev/stderr", "/proc/self/fd/2"}};
+  for (const auto& nm : kNames) {
+    const std::size_t from = std::strlen(nm.from), to = std::strlen(nm.to);
+    if (std::strncmp(path, nm.from, from) != 0 || (path[from] != '\0' && path[from] != '/')) continue;
+    const std::size_t len = std::strlen(path);
+    if (len - from + to >= kPathMax) return;
+    std::memmove(path + to, path + from, len - from + 1);
+    std::memcpy(path, nm.to, to);
     return;
   }
-  std::size_t n = slash == target ? 1 : static_cast<std::size_t>(slash - target);
-  std::memcpy(dir, target, n);
-  dir[n] = '\0';
+}
+
+// The directory part of `path` opened once (O_PATH), relative to `start`
+// when the path is relative, its last component copied to pb->base, and
+// everything after done relative to that fd: the final name checked, the
+// temporary file created, the rename, so that nothing swapped in the path
+// between those steps can send one of them elsewhere. Walked one component
+// at a time by hand (pb->dir and pb->tmp hold the path still to walk and
+// the next one; `path` may be one of them) so that the rule for a link at
+// the final name holds for every link on the way: followed only if ours or
+// root's (may_follow; /var/run -> /run is root's), read through the fd
+// that was checked, procfs's followed by the kernel (on_procfs). A root
+// process given a path through another user's symlinked directory would
+// otherwise write where that user points it, and the rename would replace
+// whatever file has the final name there. `*links` counts the links
+// followed (at most 40, as the kernel). Returns the directory's fd, or -1
+// with errno set (*link_refused true when it was another user's link). A
+// link's text and the rest of the path after it must fit in kPathMax.
+int open_dir_of(int start, const char* path, PathBuf* pb, int* links, bool* link_refused) {
+  *link_refused = false;
+  const char* slash = std::strrchr(path, '/');
+  const char* base = slash == nullptr ? path : slash + 1;
+  const std::size_t blen = std::strlen(base);
+  if (blen == 0 || std::strcmp(base, ".") == 0 || std::strcmp(base, "..") == 0) {
+    errno = EISDIR;
+    return -1;
+  }
+  if (blen >= sizeof pb->base) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  std::memcpy(pb->base, base, blen + 1);
+  const std::size_t n = slash == nullptr ? 0 : static_cast<std::size_t>(slash - path);
+  std::memmove(pb->dir, path, n);  // path may be pb->dir
+  pb->dir[n] = '\0';
+  int cur = pb->dir[0] == '/' || (slash == path) ? ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)
+                                                 : ::openat(start, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0) return -1;
+  char* rest = pb->dir;
+  char* next = pb->tmp;
+  std::size_t pos = 0;
+  const auto fail = [&](int e, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::close(cur);
+    errno = e;
+    return -1;
+  };
+  for (;;) {
+    while (rest[pos] == '/') ++pos;
+    if (rest[pos] == '\0') return cur;
+    std::size_t end = pos;
+    while (rest[end] != '\0' && rest[end] != '/') ++end;
+    if (end - pos >= sizeof pb->name) return fail(ENAMETOOLONG, -1);
+    std::memcpy(pb->name, rest + pos, end - pos);
+    pb->name[end - pos] = '\0';
+    pos = end;
+    if (std::strcmp(pb->name, ".") == 0) continue;
+    // A directory, not through a link (O_DIRECTORY so that an automount
+    // point is mounted, as the kernel's own walk does; ".." is never a
+    // link and is the parent as for the kernel).
+    int fd = ::openat(cur, pb->name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::close(cur);
+      cur = fd;
+      continue;
+    }
+    if (errno != ENOTDIR) return fail(errno, -1);
+    // A link itself (O_PATH|O_NOFOLLOW), or something that is no directory.
+    fd = ::openat(cur, pb->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || ::fstat(fd, &st) != 0) return fail(errno, fd);
+    if (!S_ISLNK(st.st_mode)) return fail(ENOTDIR, fd);
+    if (++*links > 40) return fail(ELOOP, fd);
+    if (on_procfs(fd)) {
+      ::close(fd);
+      fd = ::openat(cur, pb->name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) return fail(errno, -1);
+      if (!on_procfs(fd) && !own_proc_dir(cur)) {
+        *link_refused = true;
+        return fail(EACCES, fd);
+      }
+      ::close(cur);
+      cur = fd;
+      continue;
+    }
+    if (!may_follow(st)) {
+      *link_refused = true;
+      return fail(EACCES, fd);
+    }
+    // The link read through the fd just checked, not by its name again:
+    // what is followed is what was checked. Then the link's text and the
+    // rest of the path become the path still to walk.
+    const ssize_t k = ::readlinkat(fd, "", next, kPathMax);
+    if (k < 0) return fail(errno, fd);
+    ::close(fd);
+    const std::size_t tail = std::strlen(rest + pos);
+    if (k == 0) return fail(ENOENT, -1);
+    if (static_cast<std::size_t>(k) + tail >= kPathMax) return fail(ENAMETOOLONG, -1);
+    std::memcpy(next + k, rest + pos, tail + 1);
+    std::swap(rest, next);
+    pos = 0;
+    dev_fd_names(rest);
+    if (rest[0] == '/') {
+      ::close(cur);
+      cur = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (cur < 0) return -1;
+    }
+  }
 }
 
 // A fresh file: written under a temporary name nobody can predict or plant,
-// then renamed over the target (which replaces a regular file or nothing).
-// The temporary name has a fixed length, so any final name the file system
-// accepts works.
-bool create_new(PathBuf* pb, const char* body, std::size_t n) {
+// then renamed over the final name `base` (which replaces a regular file or
+// nothing), both in the directory `dfd` (open_dir_of). The temporary name
+// has a fixed length, so any final name the file system accepts works.
+bool create_new(int dfd, const char* base, const char* body, std::size_t n) {
   for (int attempt = 0; attempt < 8; ++attempt) {
-    auto r = fmt::format_to_n(pb->tmp, kPathMax - 1, "{}/.lowtide-{:016x}.tmp", pb->dir, pal::random_u64());
-    if (r.size >= kPathMax - 1) {
-      errno = ENAMETOOLONG;
-      return false;
-    }
-    pb->tmp[r.size] = '\0';
-    int fd = ::open(pb->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    char tmp[48];
+    auto r = fmt::format_to_n(tmp, sizeof tmp - 1, ".lowtide-{:016x}.tmp", pal::random_u64());
+    tmp[r.size] = '\0';
+    int fd = ::openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
     if (fd < 0) {
       if (errno == EEXIST) continue;
       return false;
@@ -130,9 +283,9 @@ bool create_new(PathBuf* pb, const char* body, std::size_t n) {
     }
     ok = write_all(fd, body, n);
     ok = (::close(fd) == 0) && ok;
-    if (ok && ::rename(pb->tmp, pb->target) == 0) return true;
+    if (ok && ::renameat(dfd, tmp, dfd, base) == 0) return true;
     const int e = errno;
-    ::unlink(pb->tmp);
+    ::unlinkat(dfd, tmp, 0);
     errno = e;
     return false;
   }
@@ -166,6 +319,17 @@ bool write_all_until(int fd, const char* p, std::size_t n, std::uint64_t until_n
 // The time a report may take to go through a FIFO, a socket or a device.
 constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
 
+// A FIFO, a device or a socket seen at the final name: refused before it
+// is opened (opening alone rewinds a tape, arms a watchdog) when it is a
+// block device or another user's; write_through checks again what it
+// opened.
+bool node_ok(const struct stat& st, const char** why) {
+  if (!S_ISBLK(st.st_mode) && may_follow(st)) return true;
+  errno = EACCES;
+  *why = S_ISBLK(st.st_mode) ? "a block device: not written" : "a FIFO, device or socket of another user: not written";
+  return false;
+}
+
 // Something that exists and is neither a regular file nor a directory: a
 // FIFO, a device, a socket, reached directly or (follow = true) through a
 // symlink write_path allows. Opened without O_CREAT, so nothing is created
@@ -175,11 +339,14 @@ constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
 // fails (ENXIO) and one nobody drains gives up after kThroughBudgetNs. A
 // regular file is never written in place: if one stands there now, through
 // a link it is refused, directly a new file replaces it.
-bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
-  int fd = ::open(pb->target, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+bool write_through(int dfd, const char* base, const char* body, std::size_t n, bool follow, bool through_link) {
+  int fd = ::openat(dfd, base, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0) return false;
   struct stat st;
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || (follow && S_ISREG(st.st_mode))) {
+  // A block device never: a report is no disk image. A regular file
+  // reached through a link (swapped in since it was looked at, too) never.
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode) ||
+      ((follow || through_link) && S_ISREG(st.st_mode))) {
     ::close(fd);
     errno = EACCES;
     return false;
@@ -187,7 +354,7 @@ bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
   if (S_ISREG(st.st_mode)) {
     // Replaced by a regular file since we looked: write a new one instead.
     ::close(fd);
-    return create_new(pb, body, n);
+    return create_new(dfd, base, body, n);
   }
   if (st.st_uid != ::geteuid() && st.st_uid != 0) {
     ::close(fd);
@@ -204,14 +371,6 @@ bool write_through(PathBuf* pb, const char* body, std::size_t n, bool follow) {
   if (!ok) errno = e;
   return ok;
 }
-
-// A symlink at the final name is followed only if it is ours or root's
-// (/dev/stderr is root's), in any directory: stricter than the kernel's
-// fs.protected_symlinks, which trusts any link outside sticky directories,
-// because a process of ours may run as root with a path pointing into
-// someone else's directory. Even then only to a FIFO, a device or a socket:
-// a regular file is never written through a link (write_through).
-bool may_follow(const struct stat& link) { return link.st_uid == ::geteuid() || link.st_uid == 0; }
 
 std::atomic<bool> warned_periodic{false};
 
@@ -266,28 +425,97 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
     errno = ENAMETOOLONG;
     return failed(path, nullptr, body, n, periodic);
   }
-  dir_of(pb->target, pb->dir);
+  dev_fd_names(pb->target);
+  int links = 0;
+  bool link_refused = false;
+  int dfd = open_dir_of(AT_FDCWD, pb->target, pb, &links, &link_refused);
+  const char* why = nullptr;
+  bool ok = false;
   struct stat lst;
-  if (::lstat(pb->target, &lst) != 0) {
-    if (errno == ENOENT && create_new(pb, body, n)) return 0;
-    return failed(pb->target, nullptr, body, n, periodic);
-  }
-  bool ok;
-  if (S_ISLNK(lst.st_mode)) {
-    if (!may_follow(lst)) {
-      errno = EACCES;
-      return failed(pb->target, "a symlink of another user: not followed", body, n, periodic);
+  if (dfd < 0) {
+    // errno from the walk.
+  } else if (::fstatat(dfd, pb->base, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
+    ok = errno == ENOENT && create_new(dfd, pb->base, body, n);
+  } else if (S_ISLNK(lst.st_mode)) {
+    // A link at the final name leads only to a FIFO, a device or a socket,
+    // never to a regular file or to nothing (nothing is created or
+    // truncated through a link), and its target is walked by the same
+    // rules: each link read through the fd that was checked, its
+    // directories by open_dir_of. procfs's (/dev/fd/N's end) are followed
+    // by the kernel, which alone knows what they lead to.
+    for (;;) {
+      const int lfd = ::openat(dfd, pb->base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (lfd < 0 || ::fstat(lfd, &lst) != 0) {
+        if (lfd >= 0) ::close(lfd);
+        break;
+      }
+      if (!S_ISLNK(lst.st_mode)) {
+        // Swapped since it was looked at: what is there now is no link.
+        ::close(lfd);
+        errno = EAGAIN;
+        break;
+      }
+      if (++links > 40) {
+        ::close(lfd);
+        errno = ELOOP;
+        break;
+      }
+      // procfs's (/proc/self/fd/N, what /dev/fd/N became): the kernel
+      // follows it, from our own fd directory only (own_proc_dir).
+      if (on_procfs(lfd)) {
+        ::close(lfd);
+        if (!own_proc_dir(dfd)) {
+          errno = EACCES;
+          why = "a link of another process under /proc: not followed";
+          break;
+        }
+        ok = write_through(dfd, pb->base, body, n, true, true);
+        break;
+      }
+      if (!may_follow(lst)) {
+        ::close(lfd);
+        errno = EACCES;
+        why = "a symlink of another user: not followed";
+        break;
+      }
+      const ssize_t k = ::readlinkat(lfd, "", pb->tmp, kPathMax);
+      const int read_errno = errno;
+      ::close(lfd);
+      if (k <= 0 || k >= static_cast<ssize_t>(kPathMax)) {
+        errno = k < 0 ? read_errno : k == 0 ? ENOENT : ENAMETOOLONG;
+        break;
+      }
+      pb->tmp[k] = '\0';
+      dev_fd_names(pb->tmp);
+      const int next = open_dir_of(dfd, pb->tmp, pb, &links, &link_refused);
+      ::close(dfd);
+      dfd = next;
+      if (dfd < 0) break;
+      if (::fstatat(dfd, pb->base, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) errno = EACCES;  // a dangling link: never created through
+        break;
+      }
+      if (S_ISLNK(lst.st_mode)) continue;
+      if (S_ISREG(lst.st_mode) || S_ISDIR(lst.st_mode)) {
+        errno = S_ISDIR(lst.st_mode) ? EISDIR : EACCES;
+        why = S_ISREG(lst.st_mode) ? "a symlink to a regular file: not written through" : nullptr;
+        break;
+      }
+      ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, true);
+      break;
     }
-    ok = write_through(pb, body, n, true);
   } else if (S_ISREG(lst.st_mode)) {
-    ok = create_new(pb, body, n);
+    ok = create_new(dfd, pb->base, body, n);
   } else if (S_ISDIR(lst.st_mode)) {
     errno = EISDIR;
-    ok = false;
   } else {
-    ok = write_through(pb, body, n, false);
+    ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, false);
   }
-  return ok ? 0 : failed(pb->target, nullptr, body, n, periodic);
+  const int e = errno;
+  if (dfd >= 0) ::close(dfd);
+  errno = e;
+  if (link_refused) why = "a symlink of another user in its directory path: not followed";
+  return ok ? 0 : failed(pb->target, why, body, n, periodic);
 }
 
 std::uint64_t dropped() { return n_dropped.load(std::memory_order_relaxed); }

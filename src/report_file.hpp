@@ -3,6 +3,8 @@
 // - a new file is written under an unpredictable temporary name in the same
 //   directory, created O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC with mode 0600,
 //   checked with fstat, then renamed over the final name;
+// - the directory is opened once and everything after is done relative to
+//   it; a symlink on the way to it is followed only if it is ours or root's;
 // - a symlink at the final name is followed only if it is ours or root's
 //   (stricter than the kernel's fs.protected_symlinks), and only to a FIFO,
 //   a device or a socket; a link to a regular file, a dangling link or
@@ -34,9 +36,12 @@ int write_stderr(const char* body, std::size_t n);
 
 constexpr std::size_t kPathMax = 4096;  // PATH_MAX
 // Room for the names write_path works with (taken from the report's Scratch,
-// not the stack: the report may run on a small signal stack).
+// not the stack: the report may run on a small signal stack): the expanded
+// path, two buffers for walking its directory part and a link's target,
+// a component and the final name.
 struct PathBuf {
   char target[kPathMax], tmp[kPathMax], dir[kPathMax];
+  char name[256], base[256];  // a component on the way; the final name
 };
 
 // Write body to `path` ("%p" = pid, "%%" = '%'), as above. On failure writes

@@ -42,10 +42,26 @@ struct Settings {
   // acquire sees the start open_fast_paths stored before it. The start
   // never changes once set (closing widens the length only), so no mix of
   // old and new values lets a large block through (review of issue 15).
+  // On x86-64 the start is read by the `sub` itself (GCC never folds an
+  // atomic load into another instruction: one `mov` more in free and in
+  // realloc). The length is still loaded first, as an acquire; the asm
+  // comes after it in program order, is volatile and clobbers memory, so
+  // the compiler moves neither load across the other, and x86 keeps loads
+  // in order.
   bool free_slow_for(const void* p) const {
     const std::uintptr_t len = free_slow_len.load(std::memory_order_acquire);
+#if defined(__x86_64__)
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(p);
+    bool below;
+    asm volatile("{subq %[from], %[d]\n\tcmpq %[len], %[d]|sub %[d], %[from]\n\tcmp %[d], %[len]}"
+                 : [d] "+r"(d), "=@ccb"(below)
+                 : [from] "m"(*reinterpret_cast<const std::uintptr_t*>(&free_slow_from)), [len] "r"(len)
+                 : "memory");
+    return below;
+#else
     const std::uintptr_t from = free_slow_from.load(std::memory_order_relaxed);
     return reinterpret_cast<std::uintptr_t>(p) - from < len;
+#endif
   }
 };
 // Declared hidden, as the other globals the fast paths read (small_path.hpp,

@@ -45,9 +45,9 @@ void cache_flush(ThreadCache* tc) {
   const int saved = errno;
   for (unsigned b = 0; b < kCacheBins; ++b) {
     void* q = tc->head[b];
-    const unsigned n = tc->count[b];
+    const unsigned n = cache_count(tc, b);
     tc->head[b] = nullptr;
-    tc->count[b] = 0;
+    tc->room[b] = static_cast<std::int8_t>(tc->cap[b]);
     free_list(q, n);
   }
   cache_reset_caps(tc);
@@ -62,6 +62,10 @@ namespace {
 std::uint32_t cap_to_base(ThreadCache* tc, unsigned v) {
   const std::uint8_t base = cache_cap[v];
   const std::uint8_t old = __atomic_exchange_n(&tc->cap[v], base, __ATOMIC_RELAXED);
+  // The room follows the cap (the count stays). Until then the bin may take
+  // a signal handler's block more than its new cap: harmless, as a bin
+  // taken from the shelf holds more.
+  __atomic_add_fetch(&tc->room[v], static_cast<std::int8_t>(base - old), __ATOMIC_RELAXED);
   return old > base ? (old - base) * std::uint32_t{cache_class[v]} : 0;
 }
 }  // namespace
@@ -81,7 +85,7 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   if (cap >= max || cap == 0) return false;
   // Doubled, and again while that leaves no room: a bin taken whole from
   // the shelf may hold more than this thread's cap.
-  const unsigned count = tc->count[b];
+  const unsigned count = cache_count(tc, b);
   unsigned want = cap;
   do want = 2 * want < max ? 2 * want : max;
   while (want <= count && want < max);
@@ -98,7 +102,7 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   // thread with no raises of its own gives up at once.
   for (unsigned i = 1; i <= kCacheBins && __atomic_load_n(&tc->grown, __ATOMIC_RELAXED) != 0 && over(); ++i) {
     const unsigned v = (tc->victim + i) % kCacheBins;
-    if (v == b || v == 0 || tc->count[v] > cache_cap[v]) continue;
+    if (v == b || v == 0 || cache_count(tc, v) > cache_cap[v]) continue;
     const std::uint32_t back = cap_to_base(tc, v);
     if (back == 0) continue;
     sub_floor(&tc->grown, back);
@@ -118,10 +122,11 @@ bool cache_grow(ThreadCache* tc, unsigned b) {
   if (!__atomic_compare_exchange_n(&tc->cap[b], &expected, static_cast<std::uint8_t>(want), false, __ATOMIC_RELAXED,
                                    __ATOMIC_RELAXED)) {
     pool_give_back(cost);  // (changed by a signal handler's free meanwhile)
-    return tc->count[b] < __atomic_load_n(&tc->cap[b], __ATOMIC_RELAXED);
+    return cache_has_room(tc, b);
   }
+  __atomic_add_fetch(&tc->room[b], static_cast<std::int8_t>(want - cap), __ATOMIC_RELAXED);
   __atomic_add_fetch(&tc->grown, cost, __ATOMIC_RELAXED);
-  return tc->count[b] < want;
+  return cache_has_room(tc, b);
 }
 
 Shelf shelf[kCacheBins];
@@ -151,7 +156,8 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
     void* h = tc->head[b];
     // Emptied since free found it full (a signal handler's mallocs on this
     // thread): nothing to shelve, and p goes to mimalloc (review).
-    if (h == nullptr || tc->count[b] == 0) {
+    const unsigned count = cache_count(tc, b);
+    if (h == nullptr || count == 0) {
       shelf_unlock(sh);
       return false;
     }
@@ -162,13 +168,13 @@ bool shelf_give(ThreadCache* tc, unsigned b) {
     }
     sh->head[n] = h;
     sh->next[n] = reinterpret_cast<void*>(link);
-    sh->count[n] = tc->count[b];
+    sh->count[n] = static_cast<std::uint8_t>(count);
     __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n + 1), __ATOMIC_RELAXED);
     // The bin emptied before the lock goes: a free on this thread in
     // between (a signal handler's) must not see it full and shelve the
     // same list twice; it meets the lock and goes to mimalloc (review).
     tc->head[b] = nullptr;
-    __atomic_store_n(&tc->count[b], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&tc->room[b], static_cast<std::int8_t>(tc->cap[b]), __ATOMIC_RELAXED);
   }
   shelf_unlock(sh);
   return room;
@@ -188,7 +194,7 @@ void* shelf_take(ThreadCache* tc, std::size_t c) {
     // link is not read: shelf_give kept it).
     h = sh->head[n - 1];
     tc->head[b] = sh->next[n - 1];
-    tc->count[b] = static_cast<std::uint8_t>(sh->count[n - 1] - 1);
+    tc->room[b] = static_cast<std::int8_t>(tc->cap[b] - (sh->count[n - 1] - 1));
     __atomic_store_n(&sh->n, static_cast<std::uint8_t>(n - 1), __ATOMIC_RELAXED);
   }
   shelf_unlock(sh);
@@ -236,7 +242,7 @@ void shelf_fork_child(const ThreadCache* tc) {
 
 std::size_t cache_bytes(const ThreadCache* tc) {
   std::size_t total = 0;
-  for (unsigned b = 1; b < kCacheBins; ++b) total += std::size_t{cache_class[b]} * __atomic_load_n(&tc->count[b], __ATOMIC_RELAXED);
+  for (unsigned b = 1; b < kCacheBins; ++b) total += std::size_t{cache_class[b]} * cache_count(tc, b);
   return total;
 }
 
@@ -276,14 +282,44 @@ namespace {
 // what mi_usable_size says? 0 from the page means "ask mimalloc" (a page
 // that holds aligned blocks) and is never wrong; `read` counts the blocks
 // whose size did come from the page.
-bool page_agrees(std::size_t r, std::size_t align, unsigned* read) {
+// free's fast path on block p: if its slice entry reads as cacheable, it
+// is p's page and p a block start of the size it records (mi_usable_size of
+// an aligned block's inner address is less), at most kCacheMax. (An aligned
+// request may get a plain block that happened to be aligned: no flag then.)
+bool slice_agrees(const void* p) {
+  const unsigned char* slice = slice_of(p);
+  if (!slice_cacheable(slice, page_size_field(slice))) return true;
+  return slice == page_of(p) && page_size_field(slice) == mi_usable_size(p) && mi_usable_size(p) <= kCacheMax;
+}
+
+bool page_agrees(std::size_t r, std::size_t align, unsigned* read, unsigned* slice_read) {
   void* p = align == 0 ? mi_malloc(r) : mi_malloc_aligned_at(r, align, 0);
   if (p == nullptr) return false;
   std::size_t direct = usable_from_page(p);
   bool same = direct == 0 || direct == mi_usable_size(p);
+  same = same && slice_agrees(p);
+  // Blocks the cache may take must mostly read as such (a layout that
+  // reads none would "agree" and send every free out of line).
+  if (align == 0 && mi_usable_size(p) <= kCacheMax && slice_cacheable(slice_of(p), page_size_field(slice_of(p))))
+    ++*slice_read;
   *read += direct != 0;
   mi_free(p);
   return same;
+}
+
+// Blocks of a medium page (one of several slices; mimalloc 2.0.9: 16-128
+// KiB blocks in 512 KiB pages), most of them starting in its interior
+// slices: none reads as cacheable from its slice entry.
+bool interior_slices_agree() {
+  constexpr unsigned kBlocks = 24;
+  void* b[kBlocks] = {};
+  bool ok = true;
+  for (unsigned i = 0; i < kBlocks && ok; ++i) {
+    b[i] = mi_malloc(i < kBlocks / 2 ? 20000 : 60000);
+    ok = b[i] != nullptr && slice_agrees(b[i]);
+  }
+  for (void* q : b) mi_free(q);
+  return ok;
 }
 
 // Does page_used count this thread's blocks in a page? Two blocks of a
@@ -333,15 +369,17 @@ bool page_heaps_match() {
 
 bool page_sizes_match(std::size_t limit) {
   if (mi_version() != 209) return false;  // the layout is 2.0.9's
-  if (!used_count_agrees()) return false;
-  unsigned plain = 0, read = 0;
-  for (std::size_t r = kMinAlign; r <= limit; r += (r < 1024 ? kMinAlign : round_up(r / 8, kMinAlign)), ++plain)
-    if (!page_agrees(r, 0, &read)) return false;
+  if (!used_count_agrees() || !interior_slices_agree()) return false;
+  unsigned plain = 0, read = 0, cacheable = 0, slice_read = 0;
+  for (std::size_t r = kMinAlign; r <= limit; r += (r < 1024 ? kMinAlign : round_up(r / 8, kMinAlign)), ++plain) {
+    if (!page_agrees(r, 0, &read, &slice_read)) return false;
+    cacheable += r <= kCacheMax;
+  }
   for (std::size_t align = 32; align <= 4096; align *= 2)
-    if (!page_agrees(align * 3, align, &read)) return false;
+    if (!page_agrees(align * 3, align, &read, &slice_read)) return false;
   // Most plain blocks must have been read from their page: a layout that
   // reads 0 everywhere would "agree" and be useless.
-  return page_agrees(limit, 0, &read) && read >= plain / 2;
+  return page_agrees(limit, 0, &read, &slice_read) && read >= plain / 2 && slice_read >= cacheable / 2;
 }
 
 bool class_sizes_match(std::size_t limit) {

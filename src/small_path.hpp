@@ -194,13 +194,101 @@ inline void* allocate_class(std::size_t c) { return mi_malloc(c); }
 // a malloc+free pair handed between two threads twice as slow here
 // (docs/benchmarks.md).
 inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
-// free's fast path: may a block of the page (size: its block-size field,
-// unchecked) go to the thread cache? Its page holds no aligned blocks and
-// 0 < size <= kCacheMax: page_block_size's two tests and the cache's size
-// test in one range test (a size above kBlockSizeMax is above kCacheMax).
-inline bool page_cacheable(const unsigned char* page, std::uint32_t size) {
-  return __builtin_expect((page[page_layout::kFlagsAt] & page_layout::kHasAligned) == 0, 1) &&
-         size - 1 < kCacheMax;
+// free's fast path reads p's slice entry as if it were p's page, without
+// page_of's step back by the slice's offset (two instructions) and with the
+// segment and the slice's index taken from p itself (p, not p - 1: two
+// more). A block of 16 B - kCacheMax lives in a small page of one slice
+// (mimalloc 2.0.9: up to 16 KiB), so for it the slice entry is the page;
+// every other slice a valid block starts in is a page's first slice (its
+// block size above kCacheMax) or an interior one, whose entry mimalloc
+// marks with block size 1 (mi_segment_span_allocate); the segment's own
+// first slices hold its header, "block size" 64 KiB or more. So
+// slice_cacheable holds only for a block of a small page, its slice being
+// its page; anything else is looked up the usual way, out of line.
+// configure() checks it (page_sizes_match: slice_agrees) with blocks of
+// every class, aligned ones and blocks in interior slices.
+inline constexpr std::size_t kSegmentSlices = 512;  // 32 MiB of 64 KiB slices
+static_assert(page_layout::kSliceSize == 80 && (std::uintptr_t{kSegmentSlices} << page_layout::kSliceShift) ==
+                                                   ~page_layout::kSegmentMask + 1);
+inline const unsigned char* slice_of(const void* p) {
+  using namespace page_layout;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const auto seg = (a - 1) & kSegmentMask;  // (slice_ref: a block on a segment boundary)
+  // The index times 16, by one shift and one mask, then times 5: times 80.
+  const auto x16 = (a >> (kSliceShift - 4)) & ((kSegmentSlices - 1) << 4);
+  return reinterpret_cast<const unsigned char*>(seg + kSlicesAt + x16 * 5);
+}
+// free's fast path: may the block go to the thread cache? Its slice entry
+// (size: its block-size field, unchecked) is a page that holds no aligned
+// blocks, of 16 <= size <= kCacheMax: page_block_size's two tests, the
+// cache's size test and "not an interior slice" (size 1) in one range
+// test (a size above kBlockSizeMax is above kCacheMax).
+inline bool slice_cacheable(const unsigned char* slice, std::uint32_t size) {
+  return __builtin_expect((slice[page_layout::kFlagsAt] & page_layout::kHasAligned) == 0, 1) &&
+         size - kMinAlign <= kCacheMax - kMinAlign;
+}
+// The same two reads for free's fast path, from the segment and the
+// slice's offset in it as one base and index: GCC adds them up into a
+// register first (one `lea` more) when both loads share them, so on x86-64
+// each is one instruction of inline asm. Only read, never written by
+// lowtide; mimalloc's writes to a live block's page entry happened before
+// the block was handed out.
+struct SliceRef {
+  std::uintptr_t seg, x80;
+};
+// The segment from p - 1, as mimalloc finds it: a block mimalloc aligned
+// to 32 MiB or more (alignments past 16 MiB get a segment of their own, the
+// block at its start + 32 MiB) lies on a segment boundary, and p's own
+// mask would read the block's data as a slice entry. From p - 1 the masked
+// index wraps to slice 0, the segment's header (64 KiB or more: not
+// cacheable). No small page starts a segment, so for every other block it
+// is the same segment.
+inline SliceRef slice_ref(const void* p) {
+  using namespace page_layout;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return {(a - 1) & kSegmentMask, ((a >> (kSliceShift - 4)) & ((kSegmentSlices - 1) << 4)) * 5};
+}
+// (64 bits wide: movl zero-extends, and GCC, told so, adds no `mov` to do it.)
+// These reads are `asm volatile`: a plain asm statement GCC takes for
+// free of side effects and unable to trap, so it may hoist it above free's
+// range gate, where p may be a large block whose segment-aligned base is
+// lowtide's PROT_NONE reservation; volatile keeps each on its own path.
+inline std::uint64_t slice_size_field(SliceRef s) {
+#if defined(__x86_64__)
+  std::uint64_t size;
+  asm volatile("{movl %c[at](%[seg],%[x]), %k[size]|mov %k[size], DWORD PTR [%[seg]+%[x]+%c[at]]}"
+      : [size] "=r"(size)
+      : [seg] "r"(s.seg), [x] "r"(s.x80), [at] "i"(page_layout::kSlicesAt + page_layout::kBlockSizeAt));
+  return size;
+#else
+  return page_size_field(reinterpret_cast<const unsigned char*>(s.seg + page_layout::kSlicesAt + s.x80));
+#endif
+}
+// Is the thread cache tc open (does free's fast path take blocks)?
+inline bool cache_is_open(const ThreadCache* tc) { return __atomic_load_n(&tc->take_below, __ATOMIC_RELAXED) != 0; }
+inline constexpr std::uint64_t kTakeBelowOpen = kCacheMax - kMinAlign + 1;
+// The slice's "holds aligned blocks" flag, read in one instruction.
+inline bool slice_has_aligned(SliceRef s) {
+#if defined(__x86_64__)
+  bool aligned;
+  asm volatile("{testb %[bit], %c[at](%[seg],%[x])|test BYTE PTR [%[seg]+%[x]+%c[at]], %[bit]}"
+      : "=@ccnz"(aligned)
+      : [seg] "r"(s.seg), [x] "r"(s.x80), [at] "i"(page_layout::kSlicesAt + page_layout::kFlagsAt),
+        [bit] "i"(page_layout::kHasAligned));
+  return aligned;
+#else
+  return (reinterpret_cast<const unsigned char*>(s.seg + page_layout::kSlicesAt + s.x80)[page_layout::kFlagsAt] &
+          page_layout::kHasAligned) != 0;
+#endif
+}
+// free's fast path: the size test against tc's take_below (the same range
+// while the cache is open, empty while it is closed or parked), one
+// memory operand instead of the constant.
+inline bool slice_cacheable(SliceRef s, std::uint64_t size, const ThreadCache* tc) {
+  return __builtin_expect(!slice_has_aligned(s), 1) && size - kMinAlign < tc->take_below;
+}
+inline bool slice_cacheable(SliceRef s, std::uint64_t size) {
+  return __builtin_expect(!slice_has_aligned(s), 1) && size - kMinAlign <= kCacheMax - kMinAlign;
 }
 inline std::uint32_t page_size_field(const unsigned char* page) {
   std::uint32_t size;
@@ -248,7 +336,7 @@ inline void* cache_pop_bin(ThreadCache* tc, unsigned b) {
   const std::uintptr_t next = w[0];
   if (__builtin_expect((next & (kMinAlign - 1)) != 0, 0)) cache_corrupt("malloc()", h);
   tc->head[b] = reinterpret_cast<void*>(next);
-  tc->count[b]--;
+  tc->room[b]++;
   // The next pop reads the next block's first word: ask for its line now. A
   // block another thread freed was last written on that thread's CPU (the
   // link), and without this every pop of such a block waited for the line:
@@ -262,7 +350,33 @@ inline void* cache_pop(ThreadCache* tc, std::size_t c) { return cache_pop_bin(tc
 
 // free: has bin b (cache_bin[c / kMinAlign] of the freed block's class c)
 // room for one more block? Bin 0, of the classes not cached, never has.
-inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->count[b] < tc->cap[b]; }
+inline bool cache_has_room(const ThreadCache* tc, unsigned b) { return tc->room[b] > 0; }
+// The blocks bin b holds (its cap less its room). Read by another thread
+// (cache_bytes) it is a gauge: two loads, either may move meanwhile.
+inline unsigned cache_count(const ThreadCache* tc, unsigned b) {
+  const int n = __atomic_load_n(&tc->cap[b], __ATOMIC_RELAXED) - __atomic_load_n(&tc->room[b], __ATOMIC_RELAXED);
+  return n > 0 ? static_cast<unsigned>(n) : 0;
+}
+static_assert(kCacheBlocks <= INT8_MAX, "a bin's room must fit its int8_t");
+// free's fast path: take room for one block in bin b; false (and the room
+// below what it was by one: cache_give_room_back puts it back) if it had
+// none. One `subb` and its sign on x86-64, a single instruction on the
+// thread's own line, so a signal handler's free or malloc on this thread
+// can land on either side of it. (Not the link after it: a handler that
+// shelves the bin in between, or a flush, resets the room, and the block
+// linked then is one more than the count says, left in mimalloc's use at
+// the bin's next flush: a leak of one block, by a handler POSIX does not
+// allow to call malloc or free; reliability.md "Found, not fixed".)
+inline bool cache_take_room(ThreadCache* tc, std::size_t b) {
+#if defined(__x86_64__)
+  bool none;
+  asm("{subb $1, %0|sub %0, 1}" : "+m"(tc->room[b]), "=@ccl"(none));
+  return !none;
+#else
+  return __atomic_sub_fetch(&tc->room[b], 1, __ATOMIC_RELAXED) >= 0;
+#endif
+}
+inline void cache_give_room_back(ThreadCache* tc, unsigned b) { __atomic_add_fetch(&tc->room[b], 1, __ATOMIC_RELAXED); }
 // free, bin b full (b != 0): raise its cap one step (doubled, at most
 // cache_cap_max[b]) if the pool allows, taking back this thread's other
 // raises when it does not (round robin, from bins that hold no more than
@@ -278,11 +392,16 @@ bool cache_grow(ThreadCache* tc, unsigned b);
 void cache_reset_caps(ThreadCache* tc);
 // Is p its bin's newest block already (a double free)? Then free stops
 // the process (cache_double_free, out of line).
-inline bool cache_is_head(const ThreadCache* tc, unsigned b, const void* p) { return tc->head[b] == p; }
-inline void cache_put(ThreadCache* tc, unsigned b, void* p) {
+inline bool cache_is_head(const ThreadCache* tc, std::size_t b, const void* p) { return tc->head[b] == p; }
+// p onto bin b, whose room was taken for it (cache_take_room).
+inline void cache_link(ThreadCache* tc, std::size_t b, void* p) {
   *static_cast<void**>(p) = tc->head[b];
   tc->head[b] = p;
-  tc->count[b]++;
+}
+// p onto bin b, taking room.
+inline void cache_put(ThreadCache* tc, unsigned b, void* p) {
+  cache_link(tc, b, p);
+  tc->room[b]--;
 }
 [[noreturn]] void cache_double_free(const void* p);
 
@@ -369,7 +488,9 @@ void configure();
 void ignore_environment();
 
 // True if usable_from_page agrees with mi_usable_size on a block of every
-// size class up to `limit` and on aligned blocks, and page_used follows
+// size class up to `limit` and on aligned blocks, slice_of reads as
+// cacheable only the page of a block the cache may take (blocks of every
+// class, aligned ones, blocks in medium pages' interior slices), and page_used follows
 // this thread's mallocs and frees in a page (configure's check: free_info
 // relies on both).
 bool page_sizes_match(std::size_t limit);

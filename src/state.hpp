@@ -48,8 +48,14 @@ struct ThreadLocal {
   // errno unchanged without a call to __errno_location on every free.
   int* errno_ptr;
   // This thread's cache of freed small blocks (small_path.hpp), in its
-  // counter slot; NULL before the slot is made and from its exit
-  // destructor on, when frees go straight to mimalloc.
+  // counter slot, from the slot's making until its exit destructor: open
+  // (ThreadCache::take_below not 0) once the thread is warm; closed, its
+  // bins are empty and free's fast path takes nothing. Never NULL, so the
+  // fast paths test no pointer: before the slot is made, and from the exit
+  // destructor on (stats::close_cache), it is the parked
+  // cache (kParkedCache, the TLS image's initial value), whose bins are
+  // empty and closed, and whose counters (slot_of) the fast paths count
+  // into and nobody reads: the calls out of line see it and count again.
   small::ThreadCache* cache;
   // May the cache open (stats::attach: a slot of its own and an exit
   // destructor; cleared by that destructor)? libc.hpp's free opens it once
@@ -58,6 +64,9 @@ struct ThreadLocal {
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));
+// The parked cache (ThreadLocal::cache), in a counter slot of its own that
+// no registry lists (state.cpp).
+extern __attribute__((visibility("hidden"))) small::ThreadCache* const kParkedCache;
 
 std::uint32_t current_tid();
 

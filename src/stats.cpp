@@ -228,8 +228,19 @@ Slot overflow_slot{};
 // frees go straight there and its mallocs take nothing from the cache.
 void close_cache() {
   t_local.cache_armed = 0;
-  if (small::ThreadCache* tc = t_local.cache) {
-    t_local.cache = nullptr;
+  small::ThreadCache* tc = t_local.cache;
+  if (tc == kParkedCache) return;
+  // Parked first, before the bins are emptied: from here on the thread's
+  // calls count into the parked slot and again, for real, out of line on
+  // t_local.stats (its slot), and never touch tc's bins. Not left pointing
+  // at tc, closed: a signal handler's malloc during the flush would pop a
+  // block the flush then frees, and the slot is handed to a new thread once
+  // this one is gone (or taken for gone: 2 s without tgkill), whose bins
+  // this thread's later key destructors would then pop and push unlocked.
+  t_local.cache = kParkedCache;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&tc->take_below, __ATOMIC_RELAXED) != 0) {
+    __atomic_store_n(&tc->take_below, 0, __ATOMIC_RELAXED);
     if (flush_cache != nullptr) flush_cache(tc);
   }
 }
@@ -286,6 +297,10 @@ Slot* attach() {
     return &overflow_slot;
   }
   t_local.stats = s;
+  // Its cache, closed (a slot taken again was closed and emptied by its
+  // last thread's exit destructor), until it opens.
+  __atomic_store_n(&s->cache.take_below, 0, __ATOMIC_RELAXED);
+  t_local.cache = &s->cache;
   // The cache opens once the thread is warm (libc.hpp's free), and only
   // with a slot of its own and a key destructor to empty it at exit.
   t_local.cache_armed = have_key ? 1 : 0;

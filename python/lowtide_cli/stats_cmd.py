@@ -6,7 +6,11 @@ The process answers one request line, "stats", with one JSON document:
 {"schema": "lowtide-live", ..., "memory": {...}, "report": {the JSON report}}.
 The socket is abstract (no file): "\\0lowtide/<pid namespace inode>/<pid>",
 the pid as the process itself sees it (NSpid's last field), so it is found
-from the host too, given its network namespace (nsenter -t PID -n)."""
+from the host too, given its network namespace (nsenter -t PID -n). Where
+another process held that name when the process started, the process binds
+the name followed by "/<16 random hex digits>", found in /proc/net/unix
+(candidates()); whatever the name, only the process itself is believed
+(check_peer)."""
 import errno
 import json
 import os
@@ -121,59 +125,190 @@ def check_peer(s, name, pid):
                         % (name, puid, pid, "/".join(str(u) for u in sorted(uids)) or "?"))
 
 
+# A process whose name another process held when it started binds
+# "<name>/<16 hex digits>" instead (src/live.cpp, open_socket).
+SUFFIX_DIGITS = 16
+# Listening sockets in /proc/net/unix (__SO_ACCEPTCON in the Flags column).
+SO_ACCEPTCON = 0x10000
+
+
+def _listeners():
+    """{name: [inode, ...]} of the listening abstract sockets named
+    lowtide/... in our network namespace (/proc/net/unix; the name without
+    its leading @). The names are anyone's choice, a newline included: a
+    line read here is only ever a name to try, never a reason to believe."""
+    out = {}
+    try:
+        with open("/proc/net/unix", errors="replace") as f:
+            next(f, None)
+            for line in f:
+                w = line.rstrip("\n").split(None, 7)
+                try:
+                    # A line that does not parse (a name with a newline in
+                    # it makes two) is skipped, not the rest of the file.
+                    if len(w) == 8 and w[7].startswith("@lowtide/") and int(w[3], 16) & SO_ACCEPTCON:
+                        out.setdefault(w[7][1:], []).append(int(w[6]))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def _socket_inodes(pid):
+    """The inodes of the sockets pid holds (its /proc/PID/fd), or None where
+    we may not look (another user's process, one that is not dumpable)."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    inodes = set()
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            try:
+                inodes.add(int(link[8:-1]))
+            except ValueError:
+                pass
+    return inodes
+
+
+def candidates(pid):
+    """[(name, whose)] to try, in order. whose: "own" where the name's
+    socket is one pid holds (its /proc/PID/fd), "other" where it is not,
+    None where that cannot be told (not listed: another network namespace;
+    or we may not read /proc/PID/fd). The names: socket_names(pid), then
+    each listed "<one of them>/<16 hex digits>", the name the process binds
+    where another process held its own when it started. The process's own
+    first, then the unknown, the others' last (tried once, for the error
+    message). Whoever answers is still checked (check_peer)."""
+    mains = socket_names(pid)
+    listeners = _listeners()
+    extra = sorted(n for n in listeners for m in mains
+                   if n.startswith(m + "/") and len(n) == len(m) + 1 + SUFFIX_DIGITS
+                   and all(c in "0123456789abcdef" for c in n[len(m) + 1:]))
+    inodes = _socket_inodes(pid)
+
+    def whose(n):
+        if inodes is None or n not in listeners:
+            return None
+        return "own" if any(i in inodes for i in listeners[n]) else "other"
+
+    rank = {"own": 0, None: 1, "other": 2}
+    return sorted(((n, whose(n)) for n in mains + extra), key=lambda c: rank[c[1]])
+
+
+# While the process's live server is paused (another user flooding it with
+# connections: src/live.cpp, Budget), its backlog is full and connect
+# refuses (EAGAIN). A blocking connect waits for room and is woken at each
+# accept; it waits this long at a time, then the next name gets its turn.
+CONNECT_SLICE = 0.25
+
+
+def _connect(name, wait):
+    """A socket connected to @name, or None where nobody listens there,
+    or "busy" where its backlog stayed full for wait seconds (0: one try)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if wait > 0:
+            s.settimeout(None)  # blocking, for SO_SNDTIMEO to bound connect
+            sec = int(wait)
+            usec = int((wait - sec) * 1e6)
+            if sec == 0:
+                usec = max(usec, 1)  # 0 s 0 us would be no limit at all
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", sec, usec))
+        else:
+            s.setblocking(False)
+        s.connect("\0" + name)
+        return s
+    except OSError as e:
+        s.close()
+        if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            return None
+        if e.errno in (errno.EAGAIN, errno.EINPROGRESS):
+            return "busy"
+        raise LiveError("cannot connect to %s: %s" % (name, e))
+
+
 def query(pid, timeout=10.0):
     """The process's answer, parsed. Raises LiveError with what to do.
     Only pid itself (or root) is believed: see check_peer."""
     if not os.path.exists("/proc/%d" % pid):
         raise LiveError("no process %d" % pid)
-    for name in socket_names(pid):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        try:
-            s.connect("\0" + name)
-        except OSError as e:
-            s.close()
-            if e.errno in (errno.ECONNREFUSED, errno.ENOENT):
+    deadline = time.monotonic() + timeout
+    pending = candidates(pid)
+    errors = []
+    while pending:
+        busy = []
+        for name, whose in pending:
+            wait = 0 if whose == "other" else min(CONNECT_SLICE, max(0.0, deadline - time.monotonic()))
+            s = _connect(name, wait)
+            if s is None:
                 continue
-            raise LiveError("cannot connect to %s: %s" % (name, e))
-        chunks, size = [], 0
-        try:
-            # Before a byte is sent or read: a squatter learns nothing and
-            # gets nothing printed.
-            check_peer(s, name, pid)
-            s.sendall(REQUEST)
-            deadline = time.monotonic() + timeout
-            while True:
-                s.settimeout(max(0.01, deadline - time.monotonic()))
-                b = s.recv(1 << 16)
-                if not b:
-                    break
-                size += len(b)
-                if size > MAX_ANSWER:
-                    raise LiveError("pid %d sent more than %d MiB: not a lowtide answer; stopped reading"
-                                    % (pid, MAX_ANSWER >> 20))
-                chunks.append(b)
-        except socket.timeout:
-            raise LiveError("pid %d did not answer within %.0f s" % (pid, timeout))
-        except OSError as e:
-            # A refused peer is closed without its request being read: the
-            # kernel may say so with a reset rather than an end of file.
-            if not (e.errno in (errno.ECONNRESET, errno.EPIPE) and not chunks):
-                raise LiveError("reading from pid %d: %s" % (pid, e))
-        finally:
-            s.close()
-        data = b"".join(chunks)
-        if not data:
-            raise LiveError("pid %d refused the query: it answers only its own user (uid %s) or root"
-                            % (pid, _owner(pid)))
-        try:
-            doc = json.loads(data)
-        except ValueError as e:
-            raise LiveError("pid %d sent an answer that is not JSON (%s): %r" % (pid, e, data[:200]))
-        if not isinstance(doc, dict) or doc.get("schema") != "lowtide-live":
-            raise LiveError("pid %d sent JSON that is not a lowtide-live answer" % pid)
-        return doc
+            if s == "busy":
+                if whose == "other":
+                    errors.append(LiveError("@%s is not pid %d's socket and does not accept" % (name, pid)))
+                else:
+                    busy.append((name, whose))
+                continue
+            try:
+                # Before a byte is sent or read: a squatter learns nothing
+                # and gets nothing printed.
+                check_peer(s, name, pid)
+            except LiveError as e:
+                s.close()
+                errors.append(e)
+                continue
+            return _exchange(s, pid, timeout)
+        pending = busy
+        if pending and time.monotonic() >= deadline:
+            raise LiveError("pid %d did not accept a connection within %.0f s: its live server is pausing "
+                            "(flooded with connections by another user?)" % (pid, timeout))
+    if errors:
+        raise errors[0]
     raise LiveError(_not_reachable(pid))
+
+
+def _exchange(s, pid, timeout):
+    """Sends the request on s (connected, checked) and reads the answer."""
+    chunks, size = [], 0
+    try:
+        s.settimeout(timeout)
+        s.sendall(REQUEST)
+        deadline = time.monotonic() + timeout
+        while True:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            b = s.recv(1 << 16)
+            if not b:
+                break
+            size += len(b)
+            if size > MAX_ANSWER:
+                raise LiveError("pid %d sent more than %d MiB: not a lowtide answer; stopped reading"
+                                % (pid, MAX_ANSWER >> 20))
+            chunks.append(b)
+    except socket.timeout:
+        raise LiveError("pid %d did not answer within %.0f s" % (pid, timeout))
+    except OSError as e:
+        # A refused peer is closed without its request being read: the
+        # kernel may say so with a reset rather than an end of file.
+        if not (e.errno in (errno.ECONNRESET, errno.EPIPE) and not chunks):
+            raise LiveError("reading from pid %d: %s" % (pid, e))
+    finally:
+        s.close()
+    data = b"".join(chunks)
+    if not data:
+        raise LiveError("pid %d refused the query: it answers only its own user (uid %s) or root"
+                        % (pid, _owner(pid)))
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise LiveError("pid %d sent an answer that is not JSON (%s): %r" % (pid, e, data[:200]))
+    if not isinstance(doc, dict) or doc.get("schema") != "lowtide-live":
+        raise LiveError("pid %d sent JSON that is not a lowtide-live answer" % pid)
+    return doc
 
 
 def _owner(pid):

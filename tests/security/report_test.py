@@ -8,7 +8,9 @@ command line, thread names or file names hold.
 import argparse
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 
@@ -181,6 +183,157 @@ def case_link_rules(a, tmp):
     check('"schema": "lowtide-report"' in err, "the report went to stderr")
 
 
+def case_dir_link(a, tmp):
+    """The rule for a link at the final name holds for every link on the
+    way to it: a path through another user's symlinked directory is not
+    followed (nothing is created where the link points; the old code wrote
+    the report there and would have replaced any file of that name), while
+    our own links, relative ones and ones through "..", and links inside
+    them, are; a path that goes through another user's link only inside
+    our own link's target is refused too."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to make a symlink owned by another user")
+        sys.exit(77)
+    plain = os.path.join(tmp, "plain")  # 0755, root's, not sticky
+    real = os.path.join(tmp, "real")
+    os.mkdir(plain)
+    os.mkdir(real)
+    theirs = os.path.join(plain, "theirs")
+    os.symlink(real, theirs)
+    os.lchown(theirs, 65534, 65534)  # nobody's link to our directory
+    victim = os.path.join(real, "report.json")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(theirs, "report.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    check(read(victim) == b"precious\n", f"the file behind another user's directory link was replaced: {read(victim)[:60]!r}")
+    check(sorted(os.listdir(real)) == ["report.json"], f"files made behind the link: {os.listdir(real)}")
+    check("symlink of another user in its directory path" in err, f"a warning names the reason: {err[:300]!r}")
+    check('"schema": "lowtide-report"' in err, "the report went to stderr instead")
+    # Ours (relative, through ".."), then a link of ours inside it: followed.
+    os.unlink(victim)
+    os.symlink("../real", os.path.join(plain, "mine"))
+    os.symlink(".", os.path.join(real, "here"))
+    path = os.path.join(plain, "mine", "here", "..", "real", "report.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    r = strict_json(read(victim), "report through our own links") if os.path.isfile(victim) else None
+    check(r is not None and r.get("schema") == "lowtide-report", f"our own directory links are followed: {err[:300]!r}")
+    check(sorted(os.listdir(real)) == ["here", "report.json"], f"no temporary file left: {os.listdir(real)}")
+    # Our own link whose target goes through theirs: refused as well.
+    os.unlink(victim)
+    os.symlink(os.path.join(theirs, "."), os.path.join(plain, "via"))
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "via", "report.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and not os.path.exists(victim), f"a link of another user inside our link's target is followed: {os.listdir(real)}")
+    check("symlink of another user in its directory path" in err, f"warned: {err[:300]!r}")
+    # Our own link at the final name whose target goes through theirs to a
+    # FIFO: the FIFO receives nothing (the target is walked by the same
+    # rule; the kernel's walk would have followed their link).
+    fifodir = os.path.join(tmp, "fifodir")
+    os.mkdir(fifodir)
+    fifo = os.path.join(fifodir, "fifo")
+    os.mkfifo(fifo)
+    os.unlink(theirs)
+    os.symlink(fifodir, theirs)
+    os.lchown(theirs, 65534, 65534)
+    final = os.path.join(plain, "final.json")
+    os.symlink(os.path.join(theirs, "fifo"), final)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=final)
+    rc, err, got = run_and_drain(a, env, reader)
+    check(rc == 0 and got == b"", f"our final link through their directory link: {len(got)} bytes reached the FIFO")
+    check("symlink of another user in its directory path" in err, f"warned: {err[:300]!r}")
+    # The same through a link of ours: followed.
+    os.unlink(final)
+    os.symlink("../fifodir/fifo", final)
+    rc, err, got = run_and_drain(a, env, reader)
+    os.close(reader)
+    r = strict_json(got, "report through our own final link") if got else None
+    check(r is not None and r.get("schema") == "lowtide-report", f"our own final link to a FIFO is followed: {err[:300]!r}")
+    # A link loop ends (ELOOP), with the report on stderr.
+    os.symlink("loop", os.path.join(plain, "loop"))
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "loop", "report.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and '"schema": "lowtide-report"' in err, f"a link loop: exit {rc}, {err[:200]!r}")
+
+
+def case_proc_links(a, tmp):
+    """procfs's links are followed by the kernel, never by their text:
+    /proc/self/fd/N/r.json with N a directory's fd writes into that
+    directory; with that directory deleted, the report goes to stderr, not
+    into a directory named as the link's text reads ("... (deleted)")."""
+    real = os.path.join(tmp, "real")
+    os.mkdir(real)
+    dfd = os.open(real, os.O_RDONLY | os.O_DIRECTORY)
+    path = f"/proc/self/fd/{dfd}/r.json"
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True, pass_fds=(dfd,))
+    got = os.path.join(real, "r.json")
+    r = strict_json(read(got), "report through /proc/self/fd") if os.path.isfile(got) else None
+    check(rc == 0 and r is not None and r.get("schema") == "lowtide-report", f"written through the fd: {err[:300]!r}")
+    os.unlink(got)
+    os.rmdir(real)
+    decoy = real + " (deleted)"
+    os.mkdir(decoy)
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True, pass_fds=(dfd,))
+    os.close(dfd)
+    check(rc == 0 and os.listdir(decoy) == [], f"the link's text was walked: {os.listdir(decoy)}")
+    check('"schema": "lowtide-report"' in err, f"the report went to stderr: {err[:300]!r}")
+    # Another process's cwd: where it leads is that process's choice (its
+    # owner's, whoever the link shows as owner), so it is not followed.
+    other = os.path.join(tmp, "other")
+    os.mkdir(other)
+    p = subprocess.Popen(["sleep", "60"], cwd=other)
+    try:
+        env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=f"/proc/{p.pid}/cwd/r.json")
+        rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    finally:
+        p.kill()
+        p.wait()
+    check(rc == 0 and os.listdir(other) == [], f"another process's /proc/<pid>/cwd followed: {os.listdir(other)}")
+    check("another process under /proc" in err or "symlink of another user" in err, f"warned: {err[:300]!r}")
+
+
+def case_userns_dev_links(a, tmp):
+    """In a user namespace the host's /dev/stdout and /dev/fd belong to an
+    unmapped user (the overflow uid): our own link to /dev/stdout, and a
+    path through /dev/fd/N, still reach what they name (as when the kernel
+    followed them). Run as nobody in a namespace of its own, so that root's
+    files show as the overflow uid there."""
+    if os.geteuid() != 0:
+        print("SKIP: needs root to run as nobody")
+        sys.exit(77)
+    os.chmod(tmp, 0o755)
+    lib = os.path.join(tmp, "lib.so")
+    shutil.copy(a.lib, lib)
+    os.chmod(lib, 0o755)
+    work = os.path.join(tmp, "work")
+    os.mkdir(work)
+    os.chown(work, 65534, 65534)
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-Ur", "true"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        print(f"SKIP: no unprivileged user namespace here: {probe.stderr[:200]!r}")
+        sys.exit(77)
+    script = (f'cd {work} && ln -s /dev/stdout out && mkdir d && '
+              f'LD_PRELOAD={lib} LOWTIDE_STATS=json LOWTIDE_STATS_FILE={work}/out /bin/true | cat > got1 && '
+              f'ln -s /dev/fd/7 dfd && '
+              f'LD_PRELOAD={lib} LOWTIDE_STATS=json LOWTIDE_STATS_FILE={work}/dfd/r.json /bin/true 7<d')
+    env = clean_env(None)
+    rc, out, err = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-Ur",
+                        "sh", "-c", script], env, 60, show_failure=True)
+    check(rc == 0, f"exit status {rc}")
+    got1 = os.path.join(work, "got1")
+    r = strict_json(read(got1), "report through our link to /dev/stdout") if os.path.isfile(got1) else None
+    check(r is not None and r.get("schema") == "lowtide-report", f"our link to /dev/stdout followed: {err[:300]!r}")
+    got2 = os.path.join(work, "d", "r.json")
+    r = strict_json(read(got2), "report through /dev/fd/7") if os.path.isfile(got2) else None
+    check(r is not None and r.get("schema") == "lowtide-report", f"a path through our link to /dev/fd/7: {err[:300]!r}")
+
+
 def case_dangling_link(a, tmp):
     """A symlink whose target does not exist (such as /dev/stderr with fd 2
     closed, which points to /proc/self/fd/2) is never replaced by a file."""
@@ -279,6 +432,9 @@ def main():
     cases = {
         "predictable_tmp": case_predictable_tmp,
         "sticky_symlink": case_sticky_symlink,
+        "dir_link": case_dir_link,
+        "proc_links": case_proc_links,
+        "userns_dev_links": case_userns_dev_links,
         "dangling_link": case_dangling_link,
         "link_rules": case_link_rules,
         "fifo_rules": case_fifo_rules,

@@ -487,7 +487,16 @@ TEST_CASE("platform: without PROCMAP_QUERY a block moves in one call") {
   REQUIRE(src != MAP_FAILED);
   REQUIRE(dst != MAP_FAILED);
   fill(src, len, 23);
-  pal::set_procmap_query_missing(true);
+  // A release from 6.17 on (a seccomp filter answering ENOTTY there): no
+  // whole-range move, since such a kernel may move part of a range and
+  // stop; nothing tried, so the caller copies.
+  pal::set_procmap_query_missing(true, "6.17.0");
+  const pal::Moved none = pal::move_pages(src, len, dst);
+  CHECK(none.bytes == 0);
+  CHECK(none.refused == 0);
+  CHECK_FALSE(none.lost);
+  CHECK(same(src, len, 23));
+  pal::set_procmap_query_missing(true, "6.1.0-28-amd64");
   const pal::Moved m = pal::move_pages(src, len, dst);
   pal::set_procmap_query_missing(false);
   if (under_valgrind()) {
@@ -505,6 +514,22 @@ TEST_CASE("platform: without PROCMAP_QUERY a block moves in one call") {
   }
   munmap(src, len);
   munmap(dst, len);
+}
+
+TEST_CASE("platform: kernel releases below 6.17") {
+  CHECK(pal::release_below("6.1.0-28-amd64", 6, 17));
+  CHECK(pal::release_below("6.16.9", 6, 17));
+  CHECK(pal::release_below("5.10.0-30-cloud-amd64", 6, 17));
+  CHECK(pal::release_below("2.6.58", 6, 17));
+  CHECK_FALSE(pal::release_below("6.17.0", 6, 17));
+  CHECK_FALSE(pal::release_below("6.18.44-fc-v1147", 6, 17));
+  CHECK_FALSE(pal::release_below("7.0", 6, 17));
+  CHECK_FALSE(pal::release_below("10.1", 6, 17));
+  // Not two numbers: taken for a new kernel (its blocks are copied).
+  CHECK_FALSE(pal::release_below("", 6, 17));
+  CHECK_FALSE(pal::release_below("6", 6, 17));
+  CHECK_FALSE(pal::release_below("6.", 6, 17));
+  CHECK_FALSE(pal::release_below("v6.1", 6, 17));
 }
 
 TEST_CASE("large path: a resize whose commits are refused leaves the block as it was") {

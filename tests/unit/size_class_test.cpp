@@ -89,6 +89,19 @@ std::size_t checked_blocks = 0, disagreements = 0;
 void expect_same(const void* p) {
   ++checked_blocks;
   if (small::usable(p) != mi_usable_size(p)) ++disagreements;
+  // free's fast path reads p's slice entry as its page (slice_of): only
+  // where it is, of p's size, for a block start the cache may take (an
+  // aligned block's inner address has a smaller mi_usable_size).
+  const unsigned char* slice = small::slice_of(p);
+  const small::SliceRef ref = small::slice_ref(p);
+  if (small::slice_size_field(ref) != small::page_size_field(slice) ||
+      small::slice_cacheable(ref, small::slice_size_field(ref)) !=
+          small::slice_cacheable(slice, small::page_size_field(slice)))
+    ++disagreements;
+  if (small::slice_cacheable(slice, small::page_size_field(slice)) &&
+      (slice != small::page_of(p) || small::page_size_field(slice) != mi_usable_size(p) ||
+       mi_usable_size(p) > small::kCacheMax))
+    ++disagreements;
 }
 }  // namespace
 
