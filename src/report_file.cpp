@@ -151,6 +151,34 @@ void dev_fd_names(char* path) {
   }
 }
 
+// One link met on the way (at the final name or above it): `lfd` its
+// O_PATH|O_NOFOLLOW fd and `st` that fd's fstat. Counted (at most 40 in
+// all, as the kernel); procfs's are left to the caller, which lets the
+// kernel follow them (on_procfs); any other is followed only if may_follow
+// allows, and its text is read through lfd, the fd that was checked, so
+// that what is followed is what was checked. The text goes to out (room
+// bytes, NUL-terminated), its length to *len. The caller closes lfd.
+enum class LinkStep { text, procfs, refused, failed };  // refused: EACCES; failed: errno set
+LinkStep read_link(int lfd, const struct stat& st, int* links, char* out, std::size_t room, std::size_t* len) {
+  if (++*links > 40) {
+    errno = ELOOP;
+    return LinkStep::failed;
+  }
+  if (on_procfs(lfd)) return LinkStep::procfs;
+  if (!may_follow(st)) {
+    errno = EACCES;
+    return LinkStep::refused;
+  }
+  const ssize_t k = ::readlinkat(lfd, "", out, room);
+  if (k <= 0 || static_cast<std::size_t>(k) >= room) {
+    if (k >= 0) errno = k == 0 ? ENOENT : ENAMETOOLONG;
+    return LinkStep::failed;
+  }
+  out[k] = '\0';
+  *len = static_cast<std::size_t>(k);
+  return LinkStep::text;
+}
+
 // The directory part of `path` opened once (O_PATH), relative to `start`
 // when the path is relative, its last component copied to pb->base, and
 // everything after done relative to that fd: the final name checked, the
@@ -221,32 +249,27 @@ int open_dir_of(int start, const char* path, PathBuf* pb, int* links, bool* link
     struct stat st;
     if (fd < 0 || ::fstat(fd, &st) != 0) return fail(errno, fd);
     if (!S_ISLNK(st.st_mode)) return fail(ENOTDIR, fd);
-    if (++*links > 40) return fail(ELOOP, fd);
-    if (on_procfs(fd)) {
-      ::close(fd);
-      fd = ::openat(cur, pb->name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (fd < 0) return fail(errno, -1);
-      if (!on_procfs(fd) && !own_proc_dir(cur)) {
-        *link_refused = true;
-        return fail(EACCES, fd);
-      }
-      ::close(cur);
-      cur = fd;
-      continue;
+    std::size_t k = 0;
+    switch (read_link(fd, st, links, next, kPathMax, &k)) {
+      case LinkStep::procfs:
+        ::close(fd);
+        fd = ::openat(cur, pb->name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return fail(errno, -1);
+        if (!on_procfs(fd) && !own_proc_dir(cur)) {
+          *link_refused = true;
+          return fail(EACCES, fd);
+        }
+        ::close(cur);
+        cur = fd;
+        continue;
+      case LinkStep::refused: *link_refused = true; return fail(EACCES, fd);
+      case LinkStep::failed: return fail(errno, fd);
+      case LinkStep::text: break;
     }
-    if (!may_follow(st)) {
-      *link_refused = true;
-      return fail(EACCES, fd);
-    }
-    // The link read through the fd just checked, not by its name again:
-    // what is followed is what was checked. Then the link's text and the
-    // rest of the path become the path still to walk.
-    const ssize_t k = ::readlinkat(fd, "", next, kPathMax);
-    if (k < 0) return fail(errno, fd);
     ::close(fd);
+    // The link's text and the rest of the path become the path still to walk.
     const std::size_t tail = std::strlen(rest + pos);
-    if (k == 0) return fail(ENOENT, -1);
-    if (static_cast<std::size_t>(k) + tail >= kPathMax) return fail(ENAMETOOLONG, -1);
+    if (k + tail >= kPathMax) return fail(ENAMETOOLONG, -1);
     std::memcpy(next + k, rest + pos, tail + 1);
     std::swap(rest, next);
     pos = 0;
@@ -455,15 +478,14 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
         errno = EAGAIN;
         break;
       }
-      if (++links > 40) {
-        ::close(lfd);
-        errno = ELOOP;
-        break;
-      }
+      std::size_t k = 0;
+      const LinkStep step = read_link(lfd, lst, &links, pb->tmp, kPathMax, &k);
+      const int step_errno = errno;
+      ::close(lfd);
+      errno = step_errno;
       // procfs's (/proc/self/fd/N, what /dev/fd/N became): the kernel
       // follows it, from our own fd directory only (own_proc_dir).
-      if (on_procfs(lfd)) {
-        ::close(lfd);
+      if (step == LinkStep::procfs) {
         if (!own_proc_dir(dfd)) {
           errno = EACCES;
           why = "a link of another process under /proc: not followed";
@@ -472,20 +494,8 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
         ok = write_through(dfd, pb->base, body, n, true, true);
         break;
       }
-      if (!may_follow(lst)) {
-        ::close(lfd);
-        errno = EACCES;
-        why = "a symlink of another user: not followed";
-        break;
-      }
-      const ssize_t k = ::readlinkat(lfd, "", pb->tmp, kPathMax);
-      const int read_errno = errno;
-      ::close(lfd);
-      if (k <= 0 || k >= static_cast<ssize_t>(kPathMax)) {
-        errno = k < 0 ? read_errno : k == 0 ? ENOENT : ENAMETOOLONG;
-        break;
-      }
-      pb->tmp[k] = '\0';
+      if (step == LinkStep::refused) why = "a symlink of another user: not followed";
+      if (step != LinkStep::text) break;
       dev_fd_names(pb->tmp);
       const int next = open_dir_of(dfd, pb->tmp, pb, &links, &link_refused);
       ::close(dfd);

@@ -258,6 +258,13 @@ def case_dir_link(a, tmp):
     env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "loop", "report.json"))
     rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
     check(rc == 0 and '"schema": "lowtide-report"' in err, f"a link loop: exit {rc}, {err[:200]!r}")
+    # The same at the final name: a link to itself ends after 40 links (the
+    # count the directory walk and the final name's loop share), on stderr.
+    os.symlink("self.json", os.path.join(plain, "self.json"))
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "self.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and '"schema": "lowtide-report"' in err, f"a final-name link loop: exit {rc}, {err[:200]!r}")
+    check(os.path.islink(os.path.join(plain, "self.json")), "the looping link left as it was")
 
 
 def case_proc_links(a, tmp):
