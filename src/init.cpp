@@ -213,6 +213,9 @@ __attribute__((constructor)) void lowtide_constructor() {
               "or is later in LD_PRELOAD); lowtide forwards every call to it and stays out of the way");
     return;
   }
+  // The seccomp state the program started with (before main: a filter
+  // seen later is one the program installed: pal::sandboxed_since_start).
+  pal::note_sandbox_at_start();
   // Here and not at first-call init: dlopen inside a malloc call can
   // deadlock on the loader's lock. Blocks allocated before this get no site.
   cxxrt::prepare();

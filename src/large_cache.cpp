@@ -895,10 +895,15 @@ void start_thread() {
     pthread_mutex_unlock(&start_mu);
     return;
   }
+  // A seccomp filter the program installed since start may kill on the
+  // clone3 a thread needs or the socket the live server needs
+  // (pal::sandboxed_since_start): neither is tried, as if no thread could
+  // be created.
+  const bool sandboxed = pal::sandboxed_since_start();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = EINVAL;
+  int rc = sandboxed ? EPERM : EINVAL;
   for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
   if (rc == EINVAL) rc = create_thread(0);
   // The live-query server (src/live.cpp) is started here, with the decay
@@ -921,7 +926,12 @@ void start_thread() {
   production_cache.refuse_puts(true);
   thread_started.store(false);
   production_cache.purge(true);
-  if (!warned_no_thread.exchange(true, std::memory_order_relaxed)) {
+  if (sandboxed) {
+    if (!warned_no_thread.exchange(true, std::memory_order_relaxed))
+      log::warn("a seccomp filter was installed (or /proc/self/status became unreadable) since start: the "
+                "lowtide-decay thread and the live server are not started, lest the filter kill the process; "
+                "freed large blocks are returned to the OS at free");
+  } else if (!warned_no_thread.exchange(true, std::memory_order_relaxed)) {
     const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
     log::warn("could not start the lowtide-decay thread (pthread_create: {}); freed large blocks are "
               "returned to the OS at free until it starts (retried at large allocations, at most every 64 s)",

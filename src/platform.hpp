@@ -209,6 +209,24 @@ struct OwnFd {
 bool own(int fd, OwnFd* o);  // false where fstat fails (o->fd stays fd)
 bool still_own(const OwnFd& o);
 void close_own(const OwnFd& o);
+// A seccomp filter the program installs after start can kill the process
+// on a system call it never makes itself (sshd's pre-authentication child,
+// browsers' sandboxed children, any program that locks itself down:
+// SECCOMP_RET_KILL on clone3, socket, ...). lowtide's own threads and its
+// live socket are made late (at the first large allocation), so before
+// making either it asks whether the process is still as it was at start:
+// note_sandbox_at_start() reads the seccomp mode and filter count from
+// /proc/self/status (at load, from the library's constructor);
+// sandboxed_since_start() is true where a filter was added since, or where
+// the state was readable then and is not now (a chroot away from /proc, a
+// filter that refuses the open), false where it was unknown at start.
+// Filters inherited at exec (a container runtime's, systemd's) are the
+// start state, not a change. Never allocates; reads in 256-byte pieces.
+void note_sandbox_at_start();
+bool sandboxed_since_start();
+// Test hook: the status file read instead of /proc/self/status (nullptr:
+// that one again).
+void set_status_path_for_test(const char* path);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 // The machine's RAM in bytes (sysinfo), 0 if unknown.

@@ -8,9 +8,17 @@
 // "lowtide-decay" exists and the cache empties (large_cached_bytes reaches 0
 // within a generous deadline: the decay period is 500 ms; no speed is
 // measured, only that it happens at all).
-// Case 2 (a forked child, where a seccomp filter makes every clone fail): no
+// Case 2 (a forked child that installs a seccomp filter making every clone
+// fail, then execs this program: the filter is there from start): no
 // helper thread can run at all, so lowtide must not keep freed blocks: it
 // warns once and returns them at free.
+// Case 3 (a forked child that installs, after start, a filter killing the
+// process on clone, clone3 and socket, as sshd's pre-authentication child
+// or a browser's sandbox may): lowtide must not try the thread or the live
+// socket (the child would die of SIGSYS): it warns once, naming the
+// filter, keeps no freed block, and the child lives on.
+// Case 4 (a child that execs this program under a filter that allows
+// everything): a filter from start is no reason to go without the thread.
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -120,10 +128,32 @@ void forbid_threads() {
   CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0, "seccomp: %s", std::strerror(errno));
 }
 
-// Case 2, in a child that has not made a large allocation yet. Exit status
-// 0: blocks came back at free; 1: they stayed cached.
+// From now on the process is killed at any clone, clone3 or socket call.
+void kill_on_threads_and_sockets() {
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+  CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+  CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0, "seccomp: %s", std::strerror(errno));
+}
+
+// A filter that lets everything through: a filter, nothing forbidden.
+void allow_all() {
+  sock_filter code[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+  sock_fprog prog{1, code};
+  CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+  CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0, "seccomp: %s", std::strerror(errno));
+}
+
+// Cases 2 and 3, in a process that has not made a large allocation yet.
+// Exit status 0: blocks came back at free; 1: they stayed cached.
 [[noreturn]] void no_thread_child() {
-  forbid_threads();
   churn();
   bool ok = stats().large_cached_bytes == 0 && !decay_thread_exists();
   churn();  // a second round must not warn again
@@ -131,18 +161,10 @@ void forbid_threads() {
   _exit(ok ? 0 : 1);
 }
 
-}  // namespace
-
-int main() {
-  lt::arm_watchdog(150, "static_tls");
-  if (!lt::under_lowtide()) {
-    std::fprintf(stderr, "FAIL: LOWTIDE_TEST_LIB is not set; this test needs liblowtide preloaded\n");
-    return 1;
-  }
-  use_tls();
-
-  // Case 2 first, from a process that has made no large allocation (so no
-  // decay thread is inherited as "started").
+// A child (stderr to a pipe, its own 60 s alarm) running `body` (which
+// exits); returns its wait status, its stderr in *err.
+template <typename F>
+int in_child(F body, std::string* err) {
   int err_pipe[2];
   CHECK(pipe(err_pipe) == 0);
   std::fflush(stdout);
@@ -153,28 +175,96 @@ int main() {
     close(err_pipe[0]);
     close(err_pipe[1]);
     alarm(60);
-    no_thread_child();
+    body();
+    _exit(2);
   }
   close(err_pipe[1]);
-  std::string err;
+  err->clear();
   for (;;) {
     pollfd pfd{err_pipe[0], POLLIN, 0};
     if (poll(&pfd, 1, 90 * 1000) <= 0) break;
     char buf[1024];
     ssize_t n = read(err_pipe[0], buf, sizeof buf);
     if (n <= 0) break;
-    err.append(buf, static_cast<std::size_t>(n));
+    err->append(buf, static_cast<std::size_t>(n));
   }
   close(err_pipe[0]);
   int status = 0;
   CHECK(lt::wait_bounded(pid, 30, &status), "child did not finish");
+  return status;
+}
+
+// This program again, in mode `mode` (the environment, LD_PRELOAD
+// included, and the seccomp filters go with it).
+[[noreturn]] void exec_self(const char* mode) {
+  const char* args[] = {"security_static_tls", mode, nullptr};
+  execv("/proc/self/exe", const_cast<char**>(args));
+  _exit(3);
+}
+
+std::size_t count_lines(const std::string& s) {
+  std::size_t lines = 0;
+  for (char c : s) lines += c == '\n';
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  lt::arm_watchdog(150, "static_tls");
+  if (!lt::under_lowtide()) {
+    std::fprintf(stderr, "FAIL: LOWTIDE_TEST_LIB is not set; this test needs liblowtide preloaded\n");
+    return 1;
+  }
+  // The exec'd modes of cases 2 and 4 (their filter there from start).
+  if (argc > 1 && std::strcmp(argv[1], "no-thread") == 0) no_thread_child();
+  if (argc > 1 && std::strcmp(argv[1], "filtered-start") == 0) {
+    churn();
+    _exit(decay_thread_appears() ? 0 : 1);
+  }
+  use_tls();
+
+  // Cases 2-4 first, from a process that has made no large allocation (so
+  // no decay thread is inherited as "started").
+  std::string err;
+  int status = in_child(
+      [] {
+        forbid_threads();
+        exec_self("no-thread");
+      },
+      &err);
   expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
          "no thread possible: freed large blocks go back to the OS at free");
-  std::size_t lines = 0;
-  for (char c : err) lines += c == '\n';
-  expect(lines == 1 && err.rfind("lowtide: warning: ", 0) == 0 && err.find("lowtide-decay") != std::string::npos,
+  expect(count_lines(err) == 1 && err.rfind("lowtide: warning: ", 0) == 0 &&
+             err.find("could not start the lowtide-decay thread") != std::string::npos,
          "no thread possible: exactly one warning line naming the thread");
-  if (lines != 1) std::printf("  child stderr: <<%s>>\n", err.c_str());
+  if (count_lines(err) != 1) std::printf("  child stderr: <<%s>>\n", err.c_str());
+
+  status = in_child(
+      [] {
+        kill_on_threads_and_sockets();
+        no_thread_child();
+      },
+      &err);
+  char how[64];
+  lt::describe_status(status, how, sizeof how);
+  std::printf("  (case 3's child: %s)\n", how);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "a filter killing on clone/socket installed after start: the child lives, blocks back at free");
+  expect(count_lines(err) == 1 && err.rfind("lowtide: warning: ", 0) == 0 &&
+             err.find("seccomp filter") != std::string::npos && err.find("lowtide-decay") != std::string::npos,
+         "that filter: exactly one warning line naming it and the thread");
+  if (count_lines(err) != 1) std::printf("  child stderr: <<%s>>\n", err.c_str());
+
+  status = in_child(
+      [] {
+        allow_all();
+        exec_self("filtered-start");
+      },
+      &err);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.empty(),
+         "a filter there from start: the decay thread starts as usual, no warning");
+  if (!err.empty()) std::printf("  child stderr: <<%s>>\n", err.c_str());
 
   // Case 1.
   churn();

@@ -40,3 +40,50 @@ TEST_CASE("thread_state: this thread is alive, a tid that is not ours is gone") 
   // The highest possible pid is never one of our threads (pid_max < 2^22).
   CHECK(pal::thread_state(getpid(), (1 << 22) + 7) == pal::ThreadState::gone);
 }
+
+// sandboxed_since_start compares the seccomp lines of a status file with
+// what note_sandbox_at_start read: a filter added since (or a mode raised)
+// is a change for good; an unreadable file is one for now; lines past a
+// long Groups line (the file is read in pieces) are found.
+TEST_CASE("sandboxed_since_start: filters added since start, an unreadable status") {
+  char dir[] = "/tmp/lt-pal-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string status = std::string(dir) + "/status";
+  const auto write_status = [&](const char* mode, const char* filters) {
+    FILE* f = std::fopen(status.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("Name:\tx\nGroups:\t", f);
+    for (int g = 0; g < 200; ++g) std::fprintf(f, "%d ", 100000 + g);
+    std::fprintf(f, "\nNoNewPrivs:\t1\nSeccomp:\t%s\n", mode);
+    if (filters != nullptr) std::fprintf(f, "Seccomp_filters:\t%s\n", filters);
+    std::fputs("Speculation_Store_Bypass:\tthread vulnerable\n", f);
+    std::fclose(f);
+  };
+  write_status("2", "3");
+  pal::set_status_path_for_test(status.c_str());
+  pal::note_sandbox_at_start();
+  CHECK_FALSE(pal::sandboxed_since_start());  // as at start
+  write_status("2", "4");
+  CHECK(pal::sandboxed_since_start());  // one more filter
+  write_status("2", "3");
+  CHECK(pal::sandboxed_since_start());  // for good: filters are never taken away
+
+  write_status("0", nullptr);  // no filter, a kernel before Seccomp_filters
+  pal::set_status_path_for_test(status.c_str());
+  pal::note_sandbox_at_start();
+  CHECK_FALSE(pal::sandboxed_since_start());
+  write_status("2", nullptr);  // filter mode now
+  CHECK(pal::sandboxed_since_start());
+
+  write_status("0", "0");
+  pal::set_status_path_for_test(status.c_str());
+  pal::note_sandbox_at_start();
+  REQUIRE(std::remove(status.c_str()) == 0);
+  CHECK(pal::sandboxed_since_start());  // unreadable now
+  write_status("0", "0");
+  CHECK_FALSE(pal::sandboxed_since_start());  // readable again: not for good
+  std::remove(status.c_str());
+  rmdir(dir);
+  pal::set_status_path_for_test(nullptr);
+  pal::note_sandbox_at_start();  // this process's own state again, for the tests after
+}
