@@ -629,25 +629,28 @@ bool read_seccomp(SeccompState* out) {
       if (len <= k || std::strncmp(line, key, k) != 0) return false;
       long n = 0;
       for (std::size_t i = k; i < len; ++i)
-        if (line[i] >= '0' && line[i] <= '9') n = n * 10 + (line[i] - '0');
+        if (line[i] >= '0' && line[i] <= '9' && n < 100'000'000) n = n * 10 + (line[i] - '0');
       *v = n;
       return true;
+    };
+    const auto take_line = [&] {
+      line[len] = '\0';
+      if (value_of("Seccomp:", &out->mode)) seen = true;
+      value_of("Seccomp_filters:", &out->filters);
+      len = 0;
     };
     for (;;) {
       const ssize_t r = ::read(fd, buf, sizeof buf);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       for (ssize_t i = 0; i < r; ++i) {
-        if (buf[i] != '\n') {
-          if (len < sizeof line - 1) line[len++] = buf[i];
-          continue;
-        }
-        line[len] = '\0';
-        if (value_of("Seccomp:", &out->mode)) seen = true;
-        value_of("Seccomp_filters:", &out->filters);
-        len = 0;
+        if (buf[i] == '\n')
+          take_line();
+        else if (len < sizeof line - 1)
+          line[len++] = buf[i];
       }
     }
+    take_line();  // a last line without its newline
   }
   ::close(fd);
   errno = saved;

@@ -82,6 +82,20 @@ TEST_CASE("sandboxed_since_start: filters added since start, an unreadable statu
   CHECK(pal::sandboxed_since_start());  // unreadable now
   write_status("0", "0");
   CHECK_FALSE(pal::sandboxed_since_start());  // readable again: not for good
+
+  // The last line without its newline still counts.
+  const auto write_raw = [&](const char* text) {
+    FILE* f = std::fopen(status.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write_raw("Seccomp:\t2\nSeccomp_filters:\t5");
+  pal::set_status_path_for_test(status.c_str());
+  pal::note_sandbox_at_start();
+  CHECK_FALSE(pal::sandboxed_since_start());
+  write_raw("Seccomp:\t2\nSeccomp_filters:\t6");
+  CHECK(pal::sandboxed_since_start());
   std::remove(status.c_str());
   rmdir(dir);
   pal::set_status_path_for_test(nullptr);
