@@ -214,7 +214,7 @@ __attribute__((constructor)) void lowtide_constructor() {
     return;
   }
   // The seccomp state the program started with (before main: a filter
-  // seen later is one the program installed: pal::sandboxed_since_start).
+  // seen later is one the program installed: pal::sandbox_since_start).
   pal::note_sandbox_at_start();
   // Here and not at first-call init: dlopen inside a malloc call can
   // deadlock on the loader's lock. Blocks allocated before this get no site.

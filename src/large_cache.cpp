@@ -864,7 +864,7 @@ void* decay_main(void*) {
 // as with LOWTIDE_CACHE=0) and gives back what it holds, warns once, and a
 // later large allocation tries again after a backoff (1 s, doubling up to
 // 64 s) rather than at every call.
-std::atomic<bool> warned_no_thread{false};
+std::atomic<bool> warned_no_thread{false}, warned_filtered{false}, warned_unreadable{false};
 std::atomic<std::uint64_t> retry_after_ns{0};
 std::atomic<unsigned> failed_starts{0};
 constexpr std::size_t kStackFirst = std::size_t{64} << 10;
@@ -897,13 +897,13 @@ void start_thread() {
   }
   // A seccomp filter the program installed since start may kill on the
   // clone3 a thread needs or the socket the live server needs
-  // (pal::sandboxed_since_start): neither is tried, as if no thread could
+  // (pal::sandbox_since_start): neither is tried, as if no thread could
   // be created.
-  const bool sandboxed = pal::sandboxed_since_start();
+  const pal::Sandbox sandbox = pal::sandbox_since_start();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = sandboxed ? EPERM : EINVAL;
+  int rc = sandbox != pal::Sandbox::as_at_start ? EPERM : EINVAL;
   for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
   if (rc == EINVAL) rc = create_thread(0);
   // The live-query server (src/live.cpp) is started here, with the decay
@@ -922,15 +922,22 @@ void start_thread() {
   }
   unsigned fails = failed_starts.fetch_add(1, std::memory_order_relaxed);
   std::uint64_t backoff = std::uint64_t{1'000'000'000} << (fails < kMaxBackoffShift ? fails : kMaxBackoffShift);
-  retry_after_ns.store(pal::now_ns() + backoff, std::memory_order_relaxed);
+  // A filter is never taken away: no retry, ever.
+  retry_after_ns.store(sandbox == pal::Sandbox::filtered ? UINT64_MAX : pal::now_ns() + backoff,
+                       std::memory_order_relaxed);
   production_cache.refuse_puts(true);
   thread_started.store(false);
   production_cache.purge(true);
-  if (sandboxed) {
-    if (!warned_no_thread.exchange(true, std::memory_order_relaxed))
-      log::warn("a seccomp filter was installed (or /proc/self/status became unreadable) since start: the "
-                "lowtide-decay thread and the live server are not started, lest the filter kill the process; "
-                "freed large blocks are returned to the OS at free");
+  if (sandbox == pal::Sandbox::filtered) {
+    if (!warned_filtered.exchange(true, std::memory_order_relaxed))
+      log::warn("a seccomp filter was installed since start: the lowtide-decay thread and the live server are "
+                "not started, lest the filter kill the process; freed large blocks are returned to the OS at free");
+  } else if (sandbox == pal::Sandbox::unreadable) {
+    if (!warned_unreadable.exchange(true, std::memory_order_relaxed))
+      log::warn("/proc/thread-self/status cannot be read as it could at start (a chroot without /proc, a "
+                "sandbox, no fd left): the lowtide-decay thread and the live server are not started, lest a "
+                "seccomp filter kill the process; freed large blocks are returned to the OS at free until they "
+                "start (retried at large allocations, at most every 64 s)");
   } else if (!warned_no_thread.exchange(true, std::memory_order_relaxed)) {
     const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
     log::warn("could not start the lowtide-decay thread (pthread_create: {}); freed large blocks are "

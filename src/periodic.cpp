@@ -10,6 +10,7 @@
 #include "log.hpp"
 #include "options.hpp"
 #include "parse.hpp"
+#include "platform.hpp"
 #include "report.hpp"
 #include "state.hpp"
 
@@ -97,6 +98,14 @@ void start() {
 
 void on_fork_child() {
   if (interval_ns == 0 || !report::this_process_reports()) return;
+  // A parent that installed a seccomp filter since start (then forked, as
+  // sshd does) may be killed at the clone3 (pal::sandbox_since_start).
+  if (pal::sandbox_since_start() != pal::Sandbox::as_at_start) {
+    if (!warned.exchange(true))
+      log::warn("a seccomp filter was installed since start (or /proc/thread-self/status cannot be read): no "
+                "lowtide-report thread in this child, lest the filter kill it; no periodic report");
+    return;
+  }
   start_thread();
 }
 

@@ -599,69 +599,75 @@ long read_file(const char* path, char* buf, std::size_t cap) {
 
 namespace {
 
-// The seccomp mode (0 none, 1 strict, 2 filter) and filter count (kernels
-// 5.9+; 0 before) of this process, from status lines "Seccomp:" and
-// "Seccomp_filters:"; false where the file cannot be read or has no
-// "Seccomp:" line (a kernel without seccomp: nothing to fear).
+// The seccomp mode (0 none, 1 strict, 2 filter), filter count (kernels
+// 5.9+) and no_new_privs of the calling thread, from its status lines
+// "Seccomp:", "Seccomp_filters:" and "NoNewPrivs:"; false where the file
+// cannot be read or has no "Seccomp:" line (a kernel without seccomp:
+// nothing to fear).
 struct SeccompState {
-  long mode = 0, filters = 0;
+  long mode = 0, filters = 0, nnp = 0;
+  bool has_filters = false;
 };
 std::atomic<const char*> status_path{nullptr};
 bool read_seccomp(SeccompState* out) {
   const char* path = status_path.load(std::memory_order_relaxed);
   const int saved = errno;
-  const int fd = ::open(path != nullptr ? path : "/proc/self/status", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  // No fstat (an allowlist may lack it) and O_NONBLOCK: a FIFO at a test's
+  // path is not waited on.
+  int fd = ::open(path != nullptr ? path : "/proc/thread-self/status", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0 && path == nullptr && errno == ENOENT)  // before 3.17
+    fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     errno = saved;
     return false;
   }
-  struct stat st;
   bool seen = false;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    // Lines are taken one at a time, their first 63 bytes kept: the lines
-    // wanted are short, and the whole file (its Groups line grows with the
-    // process's groups) need not fit anywhere.
-    char line[64];
-    std::size_t len = 0;
-    char buf[256];
-    const auto value_of = [&](const char* key, long* v) {
-      const std::size_t k = std::strlen(key);
-      if (len <= k || std::strncmp(line, key, k) != 0) return false;
-      long n = 0;
-      for (std::size_t i = k; i < len; ++i)
-        if (line[i] >= '0' && line[i] <= '9' && n < 100'000'000) n = n * 10 + (line[i] - '0');
-      *v = n;
-      return true;
-    };
-    const auto take_line = [&] {
-      line[len] = '\0';
-      if (value_of("Seccomp:", &out->mode)) seen = true;
-      value_of("Seccomp_filters:", &out->filters);
-      len = 0;
-    };
-    for (;;) {
-      const ssize_t r = ::read(fd, buf, sizeof buf);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      for (ssize_t i = 0; i < r; ++i) {
-        if (buf[i] == '\n')
-          take_line();
-        else if (len < sizeof line - 1)
-          line[len++] = buf[i];
-      }
+  // Lines are taken one at a time, their first 63 bytes kept: the lines
+  // wanted are short, and the whole file (its Groups line grows with the
+  // process's groups) need not fit anywhere.
+  char line[64];
+  std::size_t len = 0;
+  char buf[256];
+  // The first number after `key` (bounded: a test's file may be anything).
+  const auto value_of = [&](const char* key, long* v) {
+    const std::size_t k = std::strlen(key);
+    if (len <= k || std::strncmp(line, key, k) != 0) return false;
+    std::size_t i = k;
+    while (i < len && (line[i] < '0' || line[i] > '9')) ++i;
+    long n = 0;
+    for (; i < len && line[i] >= '0' && line[i] <= '9' && n < 100'000'000; ++i) n = n * 10 + (line[i] - '0');
+    *v = n;
+    return true;
+  };
+  const auto take_line = [&] {
+    line[len] = '\0';
+    if (value_of("Seccomp:", &out->mode)) seen = true;
+    if (value_of("Seccomp_filters:", &out->filters)) out->has_filters = true;
+    value_of("NoNewPrivs:", &out->nnp);
+    len = 0;
+  };
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r; ++i) {
+      if (buf[i] == '\n')
+        take_line();
+      else if (len < sizeof line - 1)
+        line[len++] = buf[i];
     }
-    take_line();  // a last line without its newline
   }
+  take_line();  // a last line without its newline
   ::close(fd);
   errno = saved;
   return seen;
 }
 
-// What note_sandbox_at_start read; known false until then (and where it
-// could not read it).
+// What note_sandbox_at_start read (start_known false until then, and where
+// it could not read it).
 std::atomic<bool> start_known{false};
-std::atomic<long> start_mode{0}, start_filters{0};
-std::atomic<bool> sandboxed{false};  // once true, for good: no filter is ever taken away
+std::atomic<long> start_mode{0}, start_filters{0}, start_nnp{0};
+std::atomic<bool> filtered_latch{false};  // for good: no filter is ever taken away
 
 }  // namespace
 
@@ -670,24 +676,30 @@ void note_sandbox_at_start() {
   if (!read_seccomp(&s)) return;
   start_mode.store(s.mode, std::memory_order_relaxed);
   start_filters.store(s.filters, std::memory_order_relaxed);
+  start_nnp.store(s.nnp, std::memory_order_relaxed);
   start_known.store(true, std::memory_order_release);
 }
 
-bool sandboxed_since_start() {
-  if (sandboxed.load(std::memory_order_relaxed)) return true;
-  if (!start_known.load(std::memory_order_acquire)) return false;
+Sandbox sandbox_since_start() {
+  if (filtered_latch.load(std::memory_order_relaxed)) return Sandbox::filtered;
+  if (!start_known.load(std::memory_order_acquire)) return Sandbox::as_at_start;
   SeccompState s;
-  // Unreadable now: maybe for a while only (out of fds), so not for good.
-  if (!read_seccomp(&s)) return true;
-  if (s.mode <= start_mode.load(std::memory_order_relaxed) && s.filters <= start_filters.load(std::memory_order_relaxed))
-    return false;
-  sandboxed.store(true, std::memory_order_relaxed);
-  return true;
+  if (!read_seccomp(&s)) return Sandbox::unreadable;
+  // A kernel that shows no count (before 5.9): a filter installed over one
+  // from start leaves the mode at 2, but an unprivileged process must set
+  // no_new_privs first (sshd does), so that going from 0 to 1 counts.
+  const bool added = s.mode > start_mode.load(std::memory_order_relaxed) ||
+                     (s.has_filters ? s.filters > start_filters.load(std::memory_order_relaxed)
+                                    : s.nnp > start_nnp.load(std::memory_order_relaxed));
+  if (!added) return Sandbox::as_at_start;
+  filtered_latch.store(true, std::memory_order_relaxed);
+  return Sandbox::filtered;
 }
 
 void set_status_path_for_test(const char* path) {
   status_path.store(path, std::memory_order_relaxed);
-  sandboxed.store(false, std::memory_order_relaxed);
+  filtered_latch.store(false, std::memory_order_relaxed);
+  start_known.store(false, std::memory_order_relaxed);
 }
 
 std::size_t rss_bytes() {

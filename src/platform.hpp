@@ -213,19 +213,27 @@ void close_own(const OwnFd& o);
 // on a system call it never makes itself (sshd's pre-authentication child,
 // browsers' sandboxed children, any program that locks itself down:
 // SECCOMP_RET_KILL on clone3, socket, ...). lowtide's own threads and its
-// live socket are made late (at the first large allocation), so before
-// making either it asks whether the process is still as it was at start:
-// note_sandbox_at_start() reads the seccomp mode and filter count from
-// /proc/self/status (at load, from the library's constructor);
-// sandboxed_since_start() is true where a filter was added since, or where
-// the state was readable then and is not now (a chroot away from /proc, a
-// filter that refuses the open), false where it was unknown at start.
-// Filters inherited at exec (a container runtime's, systemd's) are the
-// start state, not a change. Never allocates; reads in 256-byte pieces.
+// live socket are made late (the decay thread and the live server at the
+// first large allocation, the periodic report's in a forked child), so
+// before making either it asks whether the calling thread is still as the
+// process was at start. note_sandbox_at_start() reads the seccomp mode,
+// the filter count (kernels 5.9+) and no_new_privs from
+// /proc/thread-self/status (at load, from the library's constructor, on
+// the main thread); sandbox_since_start() reads the calling thread's
+// again (filters are per thread). `filtered`: a filter was added since
+// (or the mode raised; where the kernel shows no count, no_new_privs set
+// since, which an unprivileged filter needs), for good: no filter is ever
+// taken away. `unreadable`: the file could be read at start and cannot
+// now (a chroot without /proc, a filter that refuses the open, out of
+// fds), which may pass. `as_at_start` also where nothing was known at
+// start. Filters inherited at exec (a container runtime's, systemd's) are
+// the start state, not a change. Never allocates; reads in 256-byte
+// pieces.
+enum class Sandbox { as_at_start, filtered, unreadable };
 void note_sandbox_at_start();
-bool sandboxed_since_start();
-// Test hook: the status file read instead of /proc/self/status (nullptr:
-// that one again).
+Sandbox sandbox_since_start();
+// Test hook: the status file read instead of /proc/thread-self/status
+// (nullptr: that one again); forgets the start state and the latch.
 void set_status_path_for_test(const char* path);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();

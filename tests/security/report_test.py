@@ -6,6 +6,7 @@ command line, thread names or file names hold.
     report_test.py CASE --lib LIB --prog REPORT_PROG
 """
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -253,18 +254,6 @@ def case_dir_link(a, tmp):
     os.close(reader)
     r = strict_json(got, "report through our own final link") if got else None
     check(r is not None and r.get("schema") == "lowtide-report", f"our own final link to a FIFO is followed: {err[:300]!r}")
-    # A link loop ends (ELOOP), with the report on stderr.
-    os.symlink("loop", os.path.join(plain, "loop"))
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "loop", "report.json"))
-    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
-    check(rc == 0 and '"schema": "lowtide-report"' in err, f"a link loop: exit {rc}, {err[:200]!r}")
-    # The same at the final name: a link to itself ends after 40 links (the
-    # count the directory walk and the final name's loop share), on stderr.
-    os.symlink("self.json", os.path.join(plain, "self.json"))
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(plain, "self.json"))
-    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
-    check(rc == 0 and '"schema": "lowtide-report"' in err, f"a final-name link loop: exit {rc}, {err[:200]!r}")
-    check(os.path.islink(os.path.join(plain, "self.json")), "the looping link left as it was")
 
 
 def case_proc_links(a, tmp):
@@ -351,6 +340,41 @@ def case_dangling_link(a, tmp):
     check(rc == 0, f"exit status {rc}")
     check(os.path.islink(link) and os.readlink(link) == "/proc/self/fd/2", "the symlink is left as it was")
     check([n for n in os.listdir(tmp) if n != "err"] == [], f"files made: {os.listdir(tmp)}")
+
+
+def case_link_loops(a, tmp):
+    """Links are followed at most 40 times in all, as the kernel does, in
+    the directory part and at the final name together: a loop in either
+    ends with ELOOP and the report on stderr, and so do 30 links on the way
+    to the directory plus 15 at the final name, while 20 plus 15 are
+    followed (to a dangling end: not created through)."""
+    eloop = os.strerror(errno.ELOOP)
+    os.symlink("loop", os.path.join(tmp, "loop"))
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, "loop", "report.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and '"schema": "lowtide-report"' in err and eloop in err, f"a directory link loop: exit {rc}, {err[:300]!r}")
+    os.symlink("self.json", os.path.join(tmp, "self.json"))
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, "self.json"))
+    rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+    check(rc == 0 and '"schema": "lowtide-report"' in err and eloop in err, f"a final-name link loop: exit {rc}, {err[:300]!r}")
+    check(os.path.islink(os.path.join(tmp, "self.json")), "the looping link left as it was")
+    real = os.path.join(tmp, "real")
+    os.mkdir(real)
+    prev = "real"
+    for i in range(1, 31):  # d1 -> real, d2 -> d1, ..., d30 -> d29
+        os.symlink(prev, os.path.join(tmp, f"d{i}"))
+        prev = f"d{i}"
+    prev = "nowhere"
+    for i in range(15, 0, -1):  # r.json -> f1 -> ... -> f14 -> nowhere
+        name = "r.json" if i == 1 else f"f{i - 1}"
+        os.symlink(prev, os.path.join(real, name))
+        prev = name
+    for depth, loops in ((30, True), (20, False)):
+        env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, f"d{depth}", "r.json"))
+        rc, out, err = run([a.prog, "names"], env, 60, show_failure=True)
+        check(rc == 0 and '"schema": "lowtide-report"' in err, f"{depth} + 15 links: exit {rc}, {err[:300]!r}")
+        check((eloop in err) == loops, f"{depth} + 15 links: ELOOP {'expected' if loops else 'not expected'}: {err[:300]!r}")
+    check(sorted(os.listdir(real)) == sorted(["r.json"] + [f"f{i}" for i in range(1, 15)]), f"made: {os.listdir(real)}")
 
 
 def case_closed_stderr(a, tmp, mode):
@@ -443,6 +467,7 @@ def main():
         "proc_links": case_proc_links,
         "userns_dev_links": case_userns_dev_links,
         "dangling_link": case_dangling_link,
+        "link_loops": case_link_loops,
         "link_rules": case_link_rules,
         "fifo_rules": case_fifo_rules,
         "closed_stderr": lambda a, t: case_closed_stderr(a, t, "closed-stderr"),

@@ -19,6 +19,11 @@
 // filter, keeps no freed block, and the child lives on.
 // Case 4 (a child that execs this program under a filter that allows
 // everything): a filter from start is no reason to go without the thread.
+// Case 5 (case 3 with the filter installed by a thread other than main:
+// filters are per thread, /proc/self/status shows main's).
+// Case 6 (a child with periodic reports on, exec'd, that installs a filter
+// killing on clone3 and socket, then forks, as sshd does): the
+// grandchild's lowtide-report thread is not tried, and it lives.
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -33,6 +38,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "../lowtide_stats.hpp"
 
@@ -128,12 +134,15 @@ void forbid_threads() {
   CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0, "seccomp: %s", std::strerror(errno));
 }
 
-// From now on the process is killed at any clone, clone3 or socket call.
-void kill_on_threads_and_sockets() {
+// From now on the calling thread (and what it forks) is killed at any
+// clone3 or socket call, and at clone too unless `fork_ok` (glibc's fork
+// is a clone, pthread_create a clone3).
+void kill_on_threads_and_sockets(bool fork_ok = false) {
+  const unsigned clone_nr = fork_ok ? SYS_clone3 : SYS_clone;
   sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 2, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, clone_nr, 1, 0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
@@ -222,6 +231,13 @@ int main(int argc, char** argv) {
     churn();
     _exit(decay_thread_appears() ? 0 : 1);
   }
+  if (argc > 1 && std::strcmp(argv[1], "periodic-fork") == 0) {
+    kill_on_threads_and_sockets(true);
+    const pid_t g = fork();
+    if (g == 0) _exit(0);
+    int st = 0;
+    _exit(g > 0 && lt::wait_bounded(g, 30, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1);
+  }
   use_tls();
 
   // Cases 2-4 first, from a process that has made no large allocation (so
@@ -255,6 +271,42 @@ int main(int argc, char** argv) {
              err.find("seccomp filter") != std::string::npos && err.find("lowtide-decay") != std::string::npos,
          "that filter: exactly one warning line naming it and the thread");
   if (count_lines(err) != 1) std::printf("  child stderr: <<%s>>\n", err.c_str());
+
+  status = in_child(
+      [] {
+        std::thread t([] {
+          kill_on_threads_and_sockets();
+          no_thread_child();
+        });
+        t.join();
+      },
+      &err);
+  lt::describe_status(status, how, sizeof how);
+  std::printf("  (case 5's child: %s)\n", how);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.find("seccomp filter") != std::string::npos,
+         "the same filter installed by a thread other than main: the child lives");
+
+  char report_dir[] = "/tmp/lt-static-tls-XXXXXX";
+  CHECK(mkdtemp(report_dir) != nullptr);
+  const std::string report_file = std::string(report_dir) + "/r-%p.json";
+  status = in_child(
+      [&] {
+        setenv("LOWTIDE_STATS", "json", 1);
+        setenv("LOWTIDE_STATS_INTERVAL", "10s", 1);
+        setenv("LOWTIDE_STATS_FILE", report_file.c_str(), 1);
+        exec_self("periodic-fork");
+      },
+      &err);
+  lt::describe_status(status, how, sizeof how);
+  std::printf("  (case 6's child: %s)\n", how);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.find("lowtide-report") != std::string::npos,
+         "periodic reports, a filter, then fork: the grandchild lives, no report thread tried");
+  if (DIR* d = opendir(report_dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') unlink((std::string(report_dir) + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(report_dir);
 
   status = in_child(
       [] {
