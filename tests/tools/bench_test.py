@@ -183,6 +183,26 @@ check(not any(l.startswith("| many-large |") for l in mt), "large-block workload
 check(bench.mimalloc_table(ref, ["larson-2t"], ["glibc", "lowtide"]) == "", "no mimalloc, no table")
 check(bench.mimalloc_table(ref, ["many-large"]) == "", "no small-block workload, no table")
 
+# --- 5. the geomean of time / the fastest, from medians and from per-rep
+# ratios (w1's first rep is slow for both: the medians say lowtide 1.5x, the
+# reps 1.05x), issue 15's set without offheap, a workload with a failed run
+# left out.
+def reps(*ts):
+    return [{"rep": i + 1, "wall_s": t} for i, t in enumerate(ts)]
+
+
+gruns = {"w1": {"tcmalloc": reps(2.0, 1.0, 1.0), "lowtide": reps(2.1, 1.05, 1.5)},
+         "w2": {"tcmalloc": reps(1.0, 1.0, 1.0), "lowtide": reps(0.5, 0.5, 0.5)},
+         "w3": {"tcmalloc": reps(1.0), "lowtide": [{"rep": 1, "error": "crashed"}]},
+         "offheap": {"tcmalloc": reps(1.0, 1.0, 1.0), "lowtide": reps(4.0, 4.0, 4.0)}}
+gt = bench.geomean_table(gruns, ["w1", "w2", "w3", "offheap"], ["tcmalloc", "lowtide"]).splitlines()
+check("| issue 15's set (2) | medians | 1.414 | 1.225 | missed; ahead of every peer |" in gt,
+      "geomean from medians: %s" % gt)
+check("| issue 15's set (2) | per-rep ratios | 1.414 | 1.025 | met; ahead of every peer |" in gt,
+      "geomean from per-rep ratios: %s" % gt)
+check("| every workload (3) | medians | 1.260 | 1.817 | — |" in gt, "geomean with offheap, no verdict: %s" % gt)
+check(bench.geomean_table(gruns, ["w3"], ["tcmalloc", "lowtide"]) == "", "no workload every allocator ran: no table")
+
 with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
     out = os.path.join(tmp, "res")
     rc, stdout, err = run([bench_path, "--only", "xthread,pair-xthread", "--reps", "1", "--scale", "0.01",
