@@ -566,31 +566,52 @@ void close_own(const OwnFd& o) {
   if (still_own(o)) ::close(o.fd);
 }
 
+namespace {
+
+// A small file opened for reading as read_file and the seccomp check
+// (read_seccomp) need it: never blocking (O_NONBLOCK, and only a regular
+// file: /proc and cgroup files are; a FIFO or a terminal under a test's
+// fake root is not), its identity kept (OwnFd) so that a program that
+// closes fds it did not open cannot have us read its file. false (errno
+// from the failing call) where any of that fails.
+bool open_regular(const char* path, OwnFd* o) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !own(fd, o)) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return false;
+  }
+  return true;
+}
+
+// One read of an open_regular file, retried on EINTR: bytes read, 0 at its
+// end, -1 on an error or where the fd is no longer ours (closed under us,
+// the number reused).
+ssize_t read_own(const OwnFd& o, char* buf, std::size_t n) {
+  for (;;) {
+    if (!still_own(o)) return -1;
+    const ssize_t r = ::read(o.fd, buf, n);
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+}  // namespace
+
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
   const int saved = errno;
-  // Never blocks: O_NONBLOCK, and only a regular file is read (/proc and
-  // cgroup files are; a FIFO or a terminal under a test's fake root is not).
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return -1;
-  struct stat st;
   OwnFd o;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !own(fd, &o)) {
-    ::close(fd);
+  if (!open_regular(path, &o)) {
+    errno = saved;
     return -1;
   }
   std::size_t got = 0;
-  bool ours = true;
-  while (got + 1 < cap) {
-    if (!(ours = still_own(o))) break;  // closed under us, the number reused
-    ssize_t r = ::read(fd, buf + got, cap - 1 - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (r == 0) break;
-    got += static_cast<std::size_t>(r);
-  }
+  ssize_t r = 0;
+  while (got + 1 < cap && (r = read_own(o, buf + got, cap - 1 - got)) > 0) got += static_cast<std::size_t>(r);
+  const bool ours = still_own(o);
   close_own(o);
   errno = saved;
   buf[got] = '\0';
@@ -612,12 +633,11 @@ std::atomic<const char*> status_path{nullptr};
 bool read_seccomp(SeccompState* out) {
   const char* path = status_path.load(std::memory_order_relaxed);
   const int saved = errno;
-  // No fstat (an allowlist may lack it) and O_NONBLOCK: a FIFO at a test's
-  // path is not waited on.
-  int fd = ::open(path != nullptr ? path : "/proc/thread-self/status", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0 && path == nullptr && errno == ENOENT)  // before 3.17
-    fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
+  OwnFd o;
+  bool opened = open_regular(path != nullptr ? path : "/proc/thread-self/status", &o);
+  if (!opened && path == nullptr && errno == ENOENT)  // before 3.17
+    opened = open_regular("/proc/self/status", &o);
+  if (!opened) {
     errno = saved;
     return false;
   }
@@ -646,10 +666,8 @@ bool read_seccomp(SeccompState* out) {
     value_of("NoNewPrivs:", &out->nnp);
     len = 0;
   };
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
+  ssize_t r = 0;
+  while ((r = read_own(o, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < r; ++i) {
       if (buf[i] == '\n')
         take_line();
@@ -658,9 +676,9 @@ bool read_seccomp(SeccompState* out) {
     }
   }
   take_line();  // a last line without its newline
-  ::close(fd);
+  close_own(o);
   errno = saved;
-  return seen;
+  return seen && r == 0;  // read to its end, still ours
 }
 
 // What note_sandbox_at_start read (start_known false until then, and where
