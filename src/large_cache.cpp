@@ -556,8 +556,7 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   Reason why[kSlots];
   // (Without Deps::resident nothing is measured: every entry and the fault
   // count their lengths.)
-  // (A measure that ends the sampling has the rest measured at once.)
-  if (deps_.resident != nullptr && measure_entries()) measure_entries();
+  if (deps_.resident != nullptr) measure_entries();
   const std::uint64_t now = deps_.now_ns();
   std::size_t frac = resident_frac_.get(now, decay_ns_);
   frac = frac == 0 ? kFracOne : frac - 1;  // none measured lately: all of it
@@ -565,7 +564,6 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   const std::size_t want_cost = want / kFracOne * frac + ((want % kFracOne) * frac + kFracOne - 1) / kFracOne;
   lock();
   account_time(now);
-  const std::size_t est = unmeasured_frac(now);
   // Kept: the slack, or while the process draws on the cache (a round of
   // buffers built from the last one's, by several threads whose blocks
   // outgrow the cached ones), up to what it drew lately, less the fault:
@@ -575,11 +573,11 @@ void ReuseCache::evict_for(std::size_t want, std::size_t request) {
   // the other threads' next buffers faulted in again.
   std::size_t most = want_cost < kMissSlack ? kMissSlack - want_cost : 0;
   std::size_t cost = 0;
-  for (int i = 0; i < count_; ++i) cost += cost_of(entries_[i], est);
+  for (int i = 0; i < count_; ++i) cost += cost_of(entries_[i]);
   std::size_t keep = drawn(now);
   if (keep > cost) keep = cost;
   if (keep > want_cost && keep - want_cost > most) most = keep - want_cost;
-  int n = trim_to_cost(cost, most, est, out, why);
+  int n = trim_to_cost(cost, most, out, why);
   unlock_giving(out, n);
   give_back(out, why, n);
 }
@@ -604,56 +602,26 @@ std::size_t ReuseCache::drawn(std::uint64_t now) const {
   return drawn_.now + (age < decay_ns_ ? drawn_.before : 0);
 }
 
-std::size_t ReuseCache::cost_of(const Entry& e, std::size_t est) {
+std::size_t ReuseCache::cost_of(const Entry& e) {
   const std::size_t len = Extent::bytes_of(e.n);
-  if (e.res != kUnmeasured) return e.res < len ? e.res : len;
-  if (est >= kFracOne) return len;
-  // len * est / kFracOne, rounded up, without overflow.
-  return len / kFracOne * est + ((len % kFracOne) * est + kFracOne - 1) / kFracOne;
+  return e.res < len ? e.res : len;
 }
 
-bool ReuseCache::sampling(std::uint64_t now) const {
-  return run_.n >= kSampleAfter && age_ns(now, run_.at) < decay_ns_;
-}
-
-// What an entry not measured costs, in kFracOne units of its length: all
-// of it, but while sampling twice the highest fraction of the run. Under mu_.
-std::size_t ReuseCache::unmeasured_frac(std::uint64_t now) const {
-  if (!sampling(now)) return kFracOne;
-  return 2 * run_.hi < kFracOne ? 2 * run_.hi : kFracOne;
-}
-
-// A measure of `frac` (kFracOne units) extends the run or starts one. Under mu_.
-void ReuseCache::note_measure(std::uint64_t now, std::size_t frac) {
-  frac = frac > kSampleFloor ? frac : kSampleFloor;
-  if (run_.n > 0 && age_ns(now, run_.at) < decay_ns_) {
-    const std::size_t lo = frac < run_.lo ? frac : run_.lo;
-    const std::size_t hi = frac > run_.hi ? frac : run_.hi;
-    if (hi <= 2 * lo) {
-      run_ = Run{lo, hi, run_.n < kSampleAfter ? run_.n + 1 : kSampleAfter, now};
-      return;
-    }
-  }
-  run_ = Run{frac, frac, 1, now};
-}
-
-// Measure the resident bytes of every entry not yet measured (while
-// sampling, of one in kSampleEvery: Run in large_cache.hpp): the entries
+// Measure the resident bytes of every entry not yet measured: the entries
 // are copied under the lock, measured outside it (mincore walks page
 // tables; other threads' frees and takes go on), and each measure is stored
 // if its entry is still there, unchanged. Cached pages are never written,
 // so a measure stays an upper bound for as long as the entry is cached
 // (khugepaged could fill a region the program advised MADV_HUGEPAGE; it
 // scans a few MiB every 10 s by default).
-bool ReuseCache::measure_entries() {
+void ReuseCache::measure_entries() {
   Entry todo[kSlots];
   int k = 0;
   lock();
-  const bool sample = sampling(deps_.now_ns());
   for (int i = 0; i < count_; ++i)
-    if (entries_[i].res == kUnmeasured && (!sample || entries_[i].gen % kSampleEvery == 0)) todo[k++] = entries_[i];
+    if (entries_[i].res == kUnmeasured) todo[k++] = entries_[i];
   unlock();
-  if (k == 0) return false;
+  if (k == 0) return;
   for (int j = 0; j < k; ++j) todo[j].res = deps_.resident(arena_.addr(todo[j].start), Extent::bytes_of(todo[j].n));
   const std::uint64_t now = deps_.now_ns();
   lock();
@@ -666,16 +634,12 @@ bool ReuseCache::measure_entries() {
         e.res = res;
         // (Only a measure stored teaches the fraction: one of a block
         // rewritten meanwhile says nothing of how the process writes.)
-        const std::size_t frac = (res * kFracOne + len - 1) / len;
-        resident_frac_.note(now, frac + 1, decay_ns_);
-        note_measure(now, frac);
+        resident_frac_.note(now, (res * kFracOne + len - 1) / len + 1, decay_ns_);
         break;
       }
     }
   }
-  const bool ended = sample && !sampling(now);
   unlock();
-  return ended;
 }
 
 // Give back entries, oldest first, until what is left costs at most `most`
@@ -683,12 +647,12 @@ bool ReuseCache::measure_entries() {
 // touched only the front is cut when its back, kept, fits in what is left
 // (a dense entry gives back about the excess, as trim_oldest; a sparse one
 // nearly all of it: where its resident pages lie is not known). Under mu_.
-int ReuseCache::trim_to_cost(std::size_t cost, std::size_t most, std::size_t est, Entry* out, Reason* why_out) {
+int ReuseCache::trim_to_cost(std::size_t cost, std::size_t most, Entry* out, Reason* why_out) {
   int n = 0;
   while (cost > most && count_ > 0) {
     const int o = oldest();
     Entry& e = entries_[o];
-    const std::size_t c = cost_of(e, est);
+    const std::size_t c = cost_of(e);
     why_out[n] = Reason::room;
     // Keep at most the back `c - (cost - most)` bytes of it (its bound then
     // is at most that), in whole granules.
@@ -700,7 +664,7 @@ int ReuseCache::trim_to_cost(std::size_t cost, std::size_t most, std::size_t est
       remove_at(o);
     } else {
       out[n++] = split_front(e, e.n - keep_g);
-      cost = cost - c + cost_of(e, est);
+      cost = cost - c + cost_of(e);
     }
   }
   recompute_oldest();

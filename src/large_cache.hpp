@@ -110,10 +110,6 @@ class ReuseCache {
   // Resident fractions (RecentMax) in these units, stored + 1 so that 0 is
   // "none measured".
   static constexpr std::size_t kFracOne = 1024;
-  // Sampling the resident measures (Run below).
-  static constexpr int kSampleAfter = 8;
-  static constexpr std::uint32_t kSampleEvery = 8;
-  static constexpr std::size_t kSampleFloor = kFracOne / 64;
   // While the cache is being drawn from (a take within the last decay
   // period), an entry may outlive the decay period up to this many times
   // it: a loop working through a batch of freed buffers (a second round of
@@ -349,20 +345,11 @@ class ReuseCache {
   void handed_out(Entry& e, std::uint32_t k);
   int oldest() const;
   int trim_oldest(std::size_t bytes, Entry* out, Reason* why_out, Reason why);
-  // e's resident bytes at most: its measure, else `est` (kFracOne units)
-  // of its length (kFracOne while every new entry is measured).
-  static std::size_t cost_of(const Entry& e, std::size_t est);
+  static std::size_t cost_of(const Entry& e);
   static std::size_t hand_fault(const Entry& e, std::uint32_t handed);
-  // Measures the entries not yet measured (while sampling, one new entry in
-  // kSampleEvery); true if a measure ended the sampling, so that the caller
-  // measures the rest at once.
-  bool measure_entries();
-  // Sampling's state (under mu_): a run of measures whose fractions agree.
-  bool sampling(std::uint64_t now) const;
-  void note_measure(std::uint64_t now, std::size_t frac);
-  std::size_t unmeasured_frac(std::uint64_t now) const;
-  // cost: what the entries cost now (the sum of cost_of at `est`), which the caller has.
-  int trim_to_cost(std::size_t cost, std::size_t most, std::size_t est, Entry* out, Reason* why_out);
+  void measure_entries();
+  // cost: what the entries cost now (the sum of cost_of), which the caller has.
+  int trim_to_cost(std::size_t cost, std::size_t most, Entry* out, Reason* why_out);
   // Joins the cached extents that touch [*start, *start + *n) into it;
   // *owner becomes that of the one joined in front, if one was.
   void join_neighbours(std::uint32_t* start, std::uint32_t* n, std::uint32_t* owner);
@@ -400,19 +387,6 @@ class ReuseCache {
   // measured in the last two decay periods: how much of a fresh block the
   // process is likely to write (evict_for).
   RecentMax resident_frac_;
-  // The latest measures in a row (fractions in kFracOne units, floored at
-  // kSampleFloor) whose highest is at most twice their lowest, the last one
-  // within a decay period of the one before: once kSampleAfter of them
-  // agree, measure_entries measures one new entry in kSampleEvery (its gen)
-  // and the others cost twice the run's highest fraction of their length
-  // until a measure breaks the run, when every one is measured at once.
-  // mincore costs about 3.5 ns a page here (a 15 MiB block: 13 us), which
-  // was a quarter of many_large's time with every freed block measured.
-  struct Run {
-    std::size_t lo = 0, hi = 0;
-    int n = 0;
-    std::uint64_t at = 0;
-  } run_;
   // Bytes take and take_at handed out less the bytes freed into the cache
   // (never below 0), in this decay period and the one before (under mu_):
   // how much of the cache the process is drawing down, not its turnover (a

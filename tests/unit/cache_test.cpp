@@ -881,66 +881,6 @@ TEST_CASE("cache: a miss counts cached blocks by their resident bytes, the fault
   CHECK(r.c.check() == nullptr);
 }
 
-// Sampling (ReuseCache::Run): after 8 measures whose fractions agree, one
-// new entry in 8 (by the order they were cached) is measured, the others
-// cost twice the run's highest fraction; a measure out of line ends it and
-// every entry is measured in that same miss.
-TEST_CASE("cache: once 8 measures agree one new entry in 8 is measured until one disagrees") {
-  Rig r(1024 * G, kDecay, kResidentDeps);
-  resident_calls = 0;
-  fake_res_per_granule = G / 64;
-  std::vector<Extent> sparse;
-  auto put_some = [&](int k) {
-    for (int i = 0; i < k; ++i) {
-      Extent e = r.used(16);  // 1 MiB each
-      ++fake_now;
-      REQUIRE(r.put(e));
-    }
-  };
-  put_some(8);
-  r.c.evict_for(16 * G);  // 9 MiB with the request: past the slack
-  CHECK(resident_calls == 8);
-  CHECK(returned == 0);
-  // 16 more (24 MiB in all, 14 of them not measured: costed whole, they
-  // would be past the slack, and the oldest would go): the 16th and 24th
-  // cached are measured.
-  put_some(16);
-  r.c.evict_for(16 * G);
-  CHECK(resident_calls == 10);
-  CHECK(returned == 0);
-  CHECK(r.c.cached_bytes() == 24 * 16 * G);
-  // 8 blocks written in full: the one sampled (the 32nd) ends the run, and
-  // the 14 sparse and 7 dense entries not measured are measured now. The
-  // request costs its length now (the fraction is whole): 7 MiB of cost may
-  // stay, so the 24 sparse entries (384 KiB) and the oldest dense one go.
-  fake_res_per_granule = G;
-  put_some(8);
-  r.c.evict_for(16 * G);
-  CHECK(resident_calls == 32);
-  CHECK(returned == 25 * 16 * G);
-  CHECK(r.c.cached_bytes() == 7 * 16 * G);
-  CHECK(r.c.check() == nullptr);
-}
-
-TEST_CASE("cache: a run of agreeing measures a decay period old samples nothing") {
-  Rig r(1024 * G, kDecay, kResidentDeps);
-  resident_calls = 0;
-  fake_res_per_granule = G / 64;
-  for (int i = 0; i < 8; ++i) REQUIRE(r.put(r.used(16)));
-  r.c.evict_for(16 * G);
-  REQUIRE(resident_calls == 8);
-  fake_now = kDecay;
-  for (int i = 0; i < 8; ++i) REQUIRE(r.put(r.used(16)));
-  r.c.evict_for(16 * G);
-  CHECK(resident_calls == 16);
-  // ... and the run starts again from these: the next 8 are sampled.
-  for (int i = 0; i < 8; ++i) REQUIRE(r.put(r.used(16)));
-  r.c.evict_for(16 * G);
-  CHECK(resident_calls == 17);
-  CHECK(returned == 0);
-  CHECK(r.c.check() == nullptr);
-}
-
 TEST_CASE("cache: with no block measured for two decay periods a fault counts whole") {
   Rig r(512 * G, kDecay, kResidentDeps);
   fake_res_per_granule = G / 64;
