@@ -205,7 +205,7 @@ check(bench.geomean_table(gruns, ["w3"], ["tcmalloc", "lowtide"]) == "", "no wor
 
 with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
     out = os.path.join(tmp, "res")
-    rc, stdout, err = run([bench_path, "--only", "xthread,pair-xthread", "--reps", "1", "--scale", "0.01",
+    rc, stdout, err = run([bench_path, "--only", "xthread,pair-xthread,pair-1t", "--reps", "1", "--scale", "0.01",
                            "--allocators", "mimalloc", "--no-setup", "--build", build, "--out", out],
                           clean_env(), timeout=300)
     if check(rc == 0, "scripts/bench (new programs) rc %d: %s" % (rc, err[-3000:])):
@@ -225,8 +225,13 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
                 # scripts/bench pins both threads, each to its own CPU, where there are two
                 pin = 2 if len(os.sched_getaffinity(0)) >= 2 else 0
                 check(r.get("pinned") == pin, "%s under %s: pinned %s (want %d)" % (w, a, r.get("pinned"), pin))
+        # pair-1t runs REP_FACTOR times the reps, each with every allocator
+        got = {a: [r.get("rep") for r in rs] for a, rs in raw["runs"].get("pair-1t", {}).items()}
+        check(got == {"mimalloc": [0, 1, 2], "lowtide": [0, 1, 2]} and raw["workloads"]["pair-1t"]["reps"] == 3
+              and raw["workloads"]["xthread"]["reps"] == 1, "pair-1t's reps x3: %s" % got)
         with open(os.path.join(out, "results.md")) as f:
             res = f.read()
+        check("Reps: 1 (pair-1t 3);" in res, "results.md: the extra reps said: %s" % res[:300])
         check("### ns per malloc+free pair (median)" in res, "results.md: ns per pair table")
         rows = [l for l in res.splitlines() if l.startswith("| xthread | Throughput") or
                 l.startswith("| pair-xthread | ns per malloc+free pair |")]
