@@ -205,18 +205,17 @@ bool directory(const char* mount_point, const char* root, const char* path, char
   return append(out, cap, &n, below, bl);
 }
 
-bool locate(const char* root, bool v2, char* scratch, std::size_t cap, Location* out) {
-  *out = Location{};
-  out->v2 = v2;
-  char path[Location::kPathMax] = {};
-  char own[Location::kPathMax] = {};
+namespace {
+
+// This process's directory in one hierarchy (v2: the unified one, else v1's
+// memory controller), its path there being `own`, under the mount that
+// `mountinfo` names (nullptr: the file could not be read) or the
+// conventional one.
+bool place(const char* root, bool v2, const char* own, const char* mountinfo, Location* out) {
   char mount_point[Location::kPathMax] = {};
   char mount_root[Location::kPathMax] = {};
-  if (!rooted(root, "/proc/self/cgroup", path, sizeof path) || pal::read_file(path, scratch, cap) <= 0 ||
-      !own_path(scratch, v2, own, sizeof own))
-    return false;
-  bool mounted = rooted(root, "/proc/self/mountinfo", path, sizeof path) && pal::read_file(path, scratch, cap) > 0 &&
-                 find_mount(scratch, v2, mount_point, sizeof mount_point, mount_root, sizeof mount_root);
+  const bool mounted = mountinfo != nullptr &&
+                       find_mount(mountinfo, v2, mount_point, sizeof mount_point, mount_root, sizeof mount_root);
   if (!mounted) {
     // The conventional places, showing the whole hierarchy.
     const char* conventional = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
@@ -234,6 +233,8 @@ bool locate(const char* root, bool v2, char* scratch, std::size_t cap, Location*
   out->found = true;
   return true;
 }
+
+}  // namespace
 
 std::uint64_t read_limit(const Location& loc) {
   if (!loc.found) return 0;
@@ -263,8 +264,25 @@ std::uint64_t read_limit(const Location& loc) {
 }
 
 Found discover(const char* root, char* scratch, std::size_t cap, Location* v2, Location* v1) {
-  locate(root, true, scratch, cap, v2);
-  locate(root, false, scratch, cap, v1);
+  *v2 = Location{};
+  v2->v2 = true;
+  *v1 = Location{};
+  // Each file read once for both hierarchies: every process start pays for
+  // them, and the kernel formats mountinfo afresh at each read (tens of KiB
+  // on a host with many mounts).
+  char path[Location::kPathMax] = {};
+  char own2[Location::kPathMax] = {};
+  char own1[Location::kPathMax] = {};
+  bool have2 = false, have1 = false;
+  if (rooted(root, "/proc/self/cgroup", path, sizeof path) && pal::read_file(path, scratch, cap) > 0) {
+    have2 = own_path(scratch, true, own2, sizeof own2);
+    have1 = own_path(scratch, false, own1, sizeof own1);
+  }
+  if (have2 || have1) {
+    const bool mounts = rooted(root, "/proc/self/mountinfo", path, sizeof path) && pal::read_file(path, scratch, cap) > 0;
+    if (have2) place(root, true, own2, mounts ? scratch : nullptr, v2);
+    if (have1) place(root, false, own1, mounts ? scratch : nullptr, v1);
+  }
   if (std::uint64_t l = read_limit(*v2); l != 0) return Found{l, Source::cgroup_v2};
   if (std::uint64_t l = read_limit(*v1); l != 0) return Found{l, Source::cgroup_v1};
   return Found{0, Source::none};

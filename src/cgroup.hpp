@@ -2,7 +2,7 @@
 // is (from /proc/self/cgroup and /proc/self/mountinfo) and what limit its
 // files set. The parsing is pure functions over file contents, written into
 // caller buffers without allocating (tests/unit/cgroup_test.cpp feeds them
-// text); locate() and read_limit() read the files through pal::read_file,
+// text); discover() and read_limit() read the files through pal::read_file,
 // under a root directory that tests point at a fake tree.
 #pragma once
 #include <cstddef>
@@ -57,24 +57,22 @@ struct Location {
   std::size_t base_len = 0;  // the mount point's length: the walk up stops there
 };
 
-// Find the cgroup directory of this process under `root` ("/" for the real
-// system; a test's fake tree otherwise): first the v2 hierarchy, then v1's
-// memory controller, from root/proc/self/cgroup and root/proc/self/mountinfo,
-// or, when mountinfo names no cgroup mount, the conventional mount point
-// root/sys/fs/cgroup (v2) or root/sys/fs/cgroup/memory (v1). `v2` chooses
-// the hierarchy. scratch holds mountinfo while it is read (it can be long;
-// a text cut at cap is searched as far as it goes).
-bool locate(const char* root, bool v2, char* scratch, std::size_t cap, Location* out);
-
 // The limit the cgroup at loc sets: the lowest of memory.high and memory.max
 // (v2) or memory.limit_in_bytes (v1) over its directory and its ancestors up
 // to the mount point (a parent's limit binds its children). 0: none, or no
 // file readable.
 std::uint64_t read_limit(const Location& loc);
 
-// Both steps, v2 first (in a hybrid v1/v2 system the v2 hierarchy usually
-// has no memory controller, so no files), then v1. 0 and Source::none if no
-// cgroup sets a limit.
+// Find the cgroup directories of this process under `root` ("/" for the
+// real system; a test's fake tree otherwise), the v2 hierarchy's and v1's
+// memory controller's, from one read each of root/proc/self/cgroup and
+// root/proc/self/mountinfo, or, where mountinfo names no such mount, the
+// conventional mount point root/sys/fs/cgroup (v2) or
+// root/sys/fs/cgroup/memory (v1). scratch holds the files while they are
+// read (mountinfo can be long; a text cut at cap is searched as far as it
+// goes). Then the limits, v2 first (in a hybrid v1/v2 system the v2
+// hierarchy usually has no memory controller, so no files), then v1. 0 and
+// Source::none if no cgroup sets a limit.
 struct Found {
   std::uint64_t limit;
   Source source;

@@ -577,13 +577,18 @@ namespace {
 bool open_regular(const char* path, OwnFd* o) {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return false;
+  // One fstat for both the type and the identity (own() would make a
+  // second: every process start reads several such files).
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !own(fd, o)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int e = errno;
     ::close(fd);
     errno = e;
     return false;
   }
+  o->fd = fd;
+  o->dev = st.st_dev;
+  o->ino = st.st_ino;
   return true;
 }
 
@@ -611,8 +616,9 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   std::size_t got = 0;
   ssize_t r = 0;
   while (got + 1 < cap && (r = read_own(o, buf + got, cap - 1 - got)) > 0) got += static_cast<std::size_t>(r);
+  // (close_own's check, made once.)
   const bool ours = still_own(o);
-  close_own(o);
+  if (ours) ::close(o.fd);
   errno = saved;
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;
@@ -647,7 +653,7 @@ bool read_seccomp(SeccompState* out) {
   // process's groups) need not fit anywhere.
   char line[64];
   std::size_t len = 0;
-  char buf[256];
+  char buf[1024];  // (status is ~1.4 KiB: two reads)
   // The first number after `key` (bounded: a test's file may be anything).
   const auto value_of = [&](const char* key, long* v) {
     const std::size_t k = std::strlen(key);
