@@ -653,7 +653,7 @@ bool read_seccomp(SeccompState* out) {
   // process's groups) need not fit anywhere.
   char line[64];
   std::size_t len = 0;
-  char buf[1024];  // (status is ~1.4 KiB: two reads)
+  char buf[1024];  // (status is ~1.4 KiB: three reads, the last one 0)
   // The first number after `key` (bounded: a test's file may be anything).
   const auto value_of = [&](const char* key, long* v) {
     const std::size_t k = std::strlen(key);
