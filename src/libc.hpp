@@ -140,30 +140,28 @@ inline void free(void* p) {
   // slot (slot_of) is counted into here and again out of line when it is
   // the parked one; only an open cache takes the block (take_below).
   if (__builtin_expect(!route::settings.free_slow_for(p), 1)) {
-    {
-      small::ThreadCache* tc = t_local.cache;
-      stats::Slot* st = slot_of(tc);
-      stats::add(st, stats::free_calls, 1);
-      // p's slice entry, its page if the block is one the cache may take
-      // (small_path.hpp's slice_of; every call out of here is a tail call:
-      // no registers to save on the way in).
-      const small::SliceRef slice = small::slice_ref(p);
-      if (const std::uint64_t u = small::slice_size_field(slice); __builtin_expect(small::slice_cacheable(slice, u, tc), 1)) {
-        stats::add(st, stats::small_freed, u);
-        // Into this thread's cache while its bin has room. (Bin 0, of
-        // classes not cached, has cap 0: never room.)
-        // (64 bits wide: no `mov` to zero-extend it for the second index.)
-        const std::size_t b = small::cache_bin[u / kMinAlign];
-        if (__builtin_expect(small::cache_take_room(tc, b), 1)) {
-          if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
-          return small::cache_link(tc, b, p);
-        }
-        // A cached class whose bin is full: the bin to the shelf (the
-        // room taken back there).
-        return free_to_shelf(p, tc);
+    small::ThreadCache* tc = t_local.cache;
+    stats::Slot* st = slot_of(tc);
+    stats::add(st, stats::free_calls, 1);
+    // p's slice entry, its page if the block is one the cache may take
+    // (small_path.hpp's slice_of; every call out of here is a tail call:
+    // no registers to save on the way in).
+    const small::SliceRef slice = small::slice_ref(p);
+    if (const std::uint64_t u = small::slice_size_field(slice); __builtin_expect(small::slice_cacheable(slice, u, tc), 1)) {
+      stats::add(st, stats::small_freed, u);
+      // Into this thread's cache while its bin has room. (Bin 0, of
+      // classes not cached, has cap 0: never room.)
+      // (64 bits wide: no `mov` to zero-extend it for the second index.)
+      const std::size_t b = small::cache_bin[u / kMinAlign];
+      if (__builtin_expect(small::cache_take_room(tc, b), 1)) {
+        if (__builtin_expect(small::cache_is_head(tc, b, p), 0)) small::cache_double_free(p);
+        return small::cache_link(tc, b, p);
       }
-      return free_not_cached(p, tc);
+      // A cached class whose bin is full: the bin to the shelf (the
+      // room taken back there).
+      return free_to_shelf(p, tc);
     }
+    return free_not_cached(p, tc);
   }
   free_slow(p);
 }

@@ -207,17 +207,15 @@ inline constexpr std::size_t kCacheMax = kTableMax;  // the largest class cached
 // its page; anything else is looked up the usual way, out of line.
 // configure() checks it (page_sizes_match: slice_agrees) with blocks of
 // every class, aligned ones and blocks in interior slices.
+// A page's (or slice entry's) block-size field, unchecked.
+inline std::uint32_t page_size_field(const unsigned char* page) {
+  std::uint32_t size;
+  __builtin_memcpy(&size, page + page_layout::kBlockSizeAt, sizeof size);
+  return size;
+}
 inline constexpr std::size_t kSegmentSlices = 512;  // 32 MiB of 64 KiB slices
 static_assert(page_layout::kSliceSize == 80 && (std::uintptr_t{kSegmentSlices} << page_layout::kSliceShift) ==
                                                    ~page_layout::kSegmentMask + 1);
-inline const unsigned char* slice_of(const void* p) {
-  using namespace page_layout;
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  const auto seg = (a - 1) & kSegmentMask;  // (slice_ref: a block on a segment boundary)
-  // The index times 16, by one shift and one mask, then times 5: times 80.
-  const auto x16 = (a >> (kSliceShift - 4)) & ((kSegmentSlices - 1) << 4);
-  return reinterpret_cast<const unsigned char*>(seg + kSlicesAt + x16 * 5);
-}
 // free's fast path: may the block go to the thread cache? Its slice entry
 // (size: its block-size field, unchecked) is a page that holds no aligned
 // blocks, of 16 <= size <= kCacheMax: page_block_size's two tests, the
@@ -243,11 +241,18 @@ struct SliceRef {
 // index wraps to slice 0, the segment's header (64 KiB or more: not
 // cacheable). No small page starts a segment, so for every other block it
 // is the same segment.
+// (The slice's index times 16, by one shift and one mask, then times 5:
+// times 80, the entry's size.)
 inline SliceRef slice_ref(const void* p) {
   using namespace page_layout;
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   return {(a - 1) & kSegmentMask, ((a >> (kSliceShift - 4)) & ((kSegmentSlices - 1) << 4)) * 5};
 }
+// The slice entry itself, for the paths out of line.
+inline const unsigned char* slice_ptr(SliceRef s) {
+  return reinterpret_cast<const unsigned char*>(s.seg + page_layout::kSlicesAt + s.x80);
+}
+inline const unsigned char* slice_of(const void* p) { return slice_ptr(slice_ref(p)); }
 // (64 bits wide: movl zero-extends, and GCC, told so, adds no `mov` to do it.)
 // These reads are `asm volatile`: a plain asm statement GCC takes for
 // free of side effects and unable to trap, so it may hoist it above free's
@@ -261,7 +266,7 @@ inline std::uint64_t slice_size_field(SliceRef s) {
       : [seg] "r"(s.seg), [x] "r"(s.x80), [at] "i"(page_layout::kSlicesAt + page_layout::kBlockSizeAt));
   return size;
 #else
-  return page_size_field(reinterpret_cast<const unsigned char*>(s.seg + page_layout::kSlicesAt + s.x80));
+  return page_size_field(slice_ptr(s));
 #endif
 }
 // Is the thread cache tc open (does free's fast path take blocks)?
@@ -277,8 +282,7 @@ inline bool slice_has_aligned(SliceRef s) {
         [bit] "i"(page_layout::kHasAligned));
   return aligned;
 #else
-  return (reinterpret_cast<const unsigned char*>(s.seg + page_layout::kSlicesAt + s.x80)[page_layout::kFlagsAt] &
-          page_layout::kHasAligned) != 0;
+  return (slice_ptr(s)[page_layout::kFlagsAt] & page_layout::kHasAligned) != 0;
 #endif
 }
 // free's fast path: the size test against tc's take_below (the same range
@@ -289,11 +293,6 @@ inline bool slice_cacheable(SliceRef s, std::uint64_t size, const ThreadCache* t
 }
 inline bool slice_cacheable(SliceRef s, std::uint64_t size) {
   return __builtin_expect(!slice_has_aligned(s), 1) && size - kMinAlign <= kCacheMax - kMinAlign;
-}
-inline std::uint32_t page_size_field(const unsigned char* page) {
-  std::uint32_t size;
-  __builtin_memcpy(&size, page + page_layout::kBlockSizeAt, sizeof size);
-  return size;
 }
 // Blocks a bin holds at most: caps above it made no loop here faster and
 // every cached block can keep a mimalloc page from going back.
