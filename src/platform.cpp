@@ -210,15 +210,27 @@ void decommit(void* p, std::size_t len) {
   std::memset(p, 0, len);
 }
 
-int open_maps() {
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+namespace {
+// A file opened for reading as lowtide's readers need it (open_maps,
+// open_regular): never blocking (O_NONBLOCK), a regular file only (/proc and
+// cgroup files are; a FIFO or a terminal under a test's fake root is not),
+// with `extra` flags; *st its fstat. -1 (errno from the failing call) else.
+int open_regular_fd(const char* path, int extra, struct stat* st) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra);
   if (fd < 0) return -1;
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    const int e = errno;
     ::close(fd);
+    errno = e;
     return -1;
   }
   return fd;
+}
+}  // namespace
+
+int open_maps() {
+  struct stat st;
+  return open_regular_fd("/proc/self/maps", O_NOFOLLOW, &st);
 }
 
 namespace {
@@ -575,17 +587,11 @@ namespace {
 // closes fds it did not open cannot have us read its file. false (errno
 // from the failing call) where any of that fails.
 bool open_regular(const char* path, OwnFd* o) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return false;
   // One fstat for both the type and the identity (own() would make a
   // second: every process start reads several such files).
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return false;
-  }
+  const int fd = open_regular_fd(path, 0, &st);
+  if (fd < 0) return false;
   o->fd = fd;
   o->dev = st.st_dev;
   o->ino = st.st_ino;
