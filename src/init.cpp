@@ -17,6 +17,7 @@
 #include "platform.hpp"
 #include "large_cache.hpp"
 #include "large_path.hpp"
+#include "libc.hpp"
 #include "live.hpp"
 #include "route.hpp"
 #include "periodic.hpp"
@@ -113,6 +114,7 @@ void init_once() {
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();
   small::configure_cache(g.config.get(Opt::thread_cache));
+  small::on_forced_collect(&libc::flush_thread_cache);
   stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes);
   cache::init(&small::committed_now, &live::start);
   limit::init(&small::release_retained);

@@ -51,14 +51,12 @@ void* fwd_realloc(void* p, std::size_t n) {
   return q;
 }
 
-// This thread's cached small blocks back to mimalloc, so its collect can
-// give their pages back (malloc_trim, lowtide_release).
+}  // namespace
+
 void flush_thread_cache() {
   if (small::ThreadCache* tc = t_local.cache; small::cache_is_open(tc)) small::cache_flush(tc);
   small::shelf_flush();
 }
-
-}  // namespace
 
 void* malloc_slow(std::size_t n) {
   if (LT_UNLIKELY(mode() == kForwarding)) return forward::winner.malloc(n);

@@ -237,6 +237,15 @@ struct mallinfo info_int();
 // _exit and _Exit: the exit-time report, then exit_group.
 [[noreturn]] void exit_now(int status);
 void print_stats();
+// This thread's cached small blocks and the shelves' back to mimalloc
+// (errno kept; a busy shelf is left as it is), so that its collect can give
+// their pages back: malloc_trim, lowtide_release, and every forced mimalloc
+// collect (small::on_forced_collect), a thread's exit among them. The
+// shelves too: a thread's own bin goes on a shelf when a block of another
+// thread's page overflows it (at its exit, often: the freeing of the
+// std::thread state its creator made), and blocks left there keep its pages
+// in use through the abandon.
+void flush_thread_cache();
 int print_info(int options, FILE* fp);
 
 int get_stats(struct ::lowtide_stats* out);

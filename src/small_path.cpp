@@ -15,6 +15,25 @@ bool page_heap_known = false;
 
 const void* thread_heap() { return mi_heap_get_default(); }
 
+namespace {
+void (*forced_collect_hook)() = nullptr;
+// mimalloc 2.0.9 calls its deferred-free function at the start of every
+// collect, on the collecting thread (heap.c, mi_heap_collect_ex), and
+// unforced at each refill of a page (page.c, _mi_malloc_generic: nothing to
+// do there). Forced means a thread's exit (its backing heap collected and
+// abandoned, _mi_heap_done), mi_collect(true) (malloc_trim,
+// lowtide_release, the memory limit) or an allocation about to fail for
+// want of memory (collect and retry).
+void on_mi_collect(bool force, unsigned long long, void*) {
+  if (force) forced_collect_hook();
+}
+}  // namespace
+
+void on_forced_collect(void (*hook)()) {
+  forced_collect_hook = hook;
+  mi_register_deferred_free(&on_mi_collect, nullptr);
+}
+
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
 std::uint8_t cache_cap[kCacheBins];
 std::uint8_t cache_cap_max[kCacheBins];

@@ -455,6 +455,18 @@ void shelf_fork_child(const ThreadCache* tc);
 
 // Every cached block back to mimalloc (errno kept), the cache left empty.
 void cache_flush(ThreadCache* tc);
+// hook runs on the collecting thread at the start of every forced mimalloc
+// collect, before mimalloc looks at the heap's pages. What it is for: a
+// thread's exit. mimalloc's key destructor runs before lowtide's (its key
+// was made first), and abandons the heap's segments while the thread cache
+// still holds blocks of them; those blocks, freed afterwards, reach
+// abandoned pages that nothing collects until some thread reclaims the
+// segment, so pages of exited threads stayed resident (bench/churn.cpp
+// with 2 threads held 25 MiB after they exited). Flushed here, the blocks
+// make their pages free before the abandon, and mimalloc frees them.
+// hook must not take a lock (it may run inside an allocation that failed)
+// and must not call into mimalloc's collect.
+void on_forced_collect(void (*hook)());
 // Bytes the cache holds (its owner's view; another thread's read is a
 // gauge, possibly off by the blocks moving while it reads).
 std::size_t cache_bytes(const ThreadCache* tc);

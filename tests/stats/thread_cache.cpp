@@ -6,8 +6,8 @@
 // class's shelf (at most 4 bins a class; a thread freeing its own blocks
 // shelves none) and a thread whose bin is empty takes one from there (a
 // producer's mallocs served by what its consumer freed); a thread's cache
-// goes back to mimalloc when the thread exits, calls lowtide_release() or
-// malloc_trim, which give back the shelves too; a forked child does not
+// and the shelves go back to mimalloc when the thread exits, calls
+// lowtide_release() or malloc_trim; a forked child does not
 // count its parent's other threads' caches. With LOWTIDE_THREAD_CACHE=0 nothing is ever cached.
 //
 // The blocks are of a class nothing else in this process frees (the one
@@ -85,19 +85,23 @@ void* worker(void*) {
   return nullptr;
 }
 
+std::uint64_t cached() { return lt::read_stats().small_thread_cached; }
+
 // A producer that never frees: warm by its mallocs alone (no cache of its
 // own yet), it mallocs one block of the class while the shelf holds the
 // worker's bins: it opens its cache, takes a whole bin and hands out its
-// first block; its exit gives back the rest of that bin.
+// first block (the gauge read before its exit); its exit gives back the
+// rest of that bin and the shelves.
 void* small_blocks[300];
+void* produced = nullptr;
+std::uint64_t in_producer = 0;
 void* producer(void*) {
   for (auto& q : small_blocks) q = malloc(lt::opaque(std::size_t{16}));
-  void* q = malloc(lt::opaque(kRequest));
-  CHECK(q != nullptr);
-  return q;
+  produced = malloc(lt::opaque(kRequest));
+  CHECK(produced != nullptr);
+  in_producer = cached();
+  return nullptr;
 }
-
-std::uint64_t cached() { return lt::read_stats().small_thread_cached; }
 
 
 // One worker: what its frees added to the gauge, and what its end left;
@@ -153,17 +157,22 @@ void run(After how, std::uint64_t want_added, std::uint64_t want_left, bool fork
   }
   if (how == After::produce) {
     // A producer thread's malloc takes a whole shelved bin: the gauge drops
-    // by that bin (one block handed out, the rest given back at its exit).
+    // by the block it hands out (the rest of the bin is in the producer's
+    // cache), and by the shelves and that bin at the producer's exit: the
+    // worker's own bin is left.
     pthread_t pt;
-    void* got = nullptr;
     CHECK(pthread_create(&pt, nullptr, producer, nullptr) == 0);
-    CHECK(pthread_join(pt, &got) == 0);
-    const std::uint64_t after_take = cached();
-    CHECK(after_take == during - (shelved != 0 ? cap * cls : 0),
-          "a producer's malloc took %llu bytes off the gauge, expected %llu (one shelved bin)",
-          static_cast<unsigned long long>(during - after_take),
-          static_cast<unsigned long long>(shelved != 0 ? cap * cls : 0));
-    free(lt::opaque(got));
+    CHECK(pthread_join(pt, nullptr) == 0);
+    CHECK(in_producer == during - (shelved != 0 ? cls : 0),
+          "a producer's malloc took %llu bytes off the gauge, expected %llu (one block of a shelved bin)",
+          static_cast<unsigned long long>(during - in_producer),
+          static_cast<unsigned long long>(shelved != 0 ? cls : 0));
+    const std::uint64_t after_exit = cached();
+    CHECK(after_exit == before + (want_added - shelved),
+          "after the producer's exit the gauge is %llu above where it started, expected %llu (the worker's bin)",
+          static_cast<unsigned long long>(after_exit - before),
+          static_cast<unsigned long long>(want_added - shelved));
+    free(lt::opaque(produced));
     for (auto* q : small_blocks) free(lt::opaque(q));
   }
   stage.store(4);
@@ -202,10 +211,10 @@ int main() {
   const std::uint64_t bin = cap * cls, kept = (kShelfBins + 1) * bin;
   if (env == nullptr) CHECK(bin > 0, "a ~3 KiB class is cached by default");
 
-  run(After::exit, kept, kept - bin, false);  // its own bin given back at its exit, the shelves stay
+  run(After::exit, kept, 0, false);           // its own bin and the shelves given back at its exit
   run(After::release, 0, 0, false);           // lowtide_release() empties the caller's cache and the shelves
   run(After::trim, 0, 0, false);              // and so does malloc_trim
-  run(After::exit, kept, kept - bin, true);   // a child does not count the parent's workers
+  run(After::exit, kept, 0, true);            // a child does not count the parent's workers
   run(After::produce, kept, 0, false);        // a producer takes from the shelf
   run(After::exit, bin, 0, false, true);      // a thread freeing its own blocks shelves none
   std::printf("ok: cap %zu blocks of %zu bytes\n", cap, cls);

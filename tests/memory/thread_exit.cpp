@@ -1,0 +1,90 @@
+// A thread's small-block pages come back when it exits, as they do under
+// raw mimalloc: no block of its own pages may still be held by lowtide (its
+// thread cache, or a shelf) when mimalloc abandons its heap. mimalloc's key
+// destructor runs before lowtide's and abandons every segment that still
+// has a block in use; such a segment keeps its free pages committed until
+// some thread reclaims it, which may be never. Two ways lowtide held them:
+// - the thread cache, flushed only by lowtide's own key destructor, after
+//   the abandon (now: at the start of mimalloc's collect, through its
+//   deferred-free hook);
+// - the shelf: a bin full of the thread's own blocks goes there when a
+//   block of another thread's page overflows it, as the std::thread state
+//   its creator made does at every std::thread's end (now: the forced
+//   collect's hook gives back the shelves too).
+//
+// The run sets MIMALLOC_SEGMENT_DECOMMIT_DELAY=0, so a segment mimalloc
+// frees is decommitted at once instead of 500 ms later at its next call:
+// what stays resident after the join is then what the exited thread's
+// abandoned segments hold. Before the fix: ~24 MiB of 24 MiB, each way.
+#include "../lowtide_test.hpp"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+using lt::KiB;
+using lt::MiB;
+using lt::opaque;
+
+namespace {
+
+constexpr std::size_t kRequest = 1000;  // a class the thread cache keeps (up to kCacheMax)
+constexpr std::size_t kTotal = 24 * MiB;
+constexpr std::size_t kBlocks = kTotal / kRequest;
+constexpr std::size_t kSlack = 6 * MiB;  // stacks, lowtide's and mimalloc's thread records, page tables
+
+void* foreign = nullptr;  // a block of the main thread's pages, or NULL
+
+void* worker(void*) {
+  // The list in pages of its own (mmap: not a block of any allocator).
+  auto** v = static_cast<void**>(mmap(nullptr, kBlocks * sizeof(void*), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  CHECK(v != MAP_FAILED);
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    v[i] = malloc(opaque(kRequest));
+    CHECK(v[i] != nullptr);
+    std::memset(v[i], 0x5a, kRequest);
+  }
+  // Its own blocks freed: the cache opens (warm) and its bin of this class
+  // fills to its largest cap; the rest go to mimalloc.
+  for (std::size_t i = 0; i < kBlocks; ++i) free(opaque(v[i]));
+  // Then another thread's block of the same class: the full bin (its own
+  // blocks) goes onto the shelf.
+  if (foreign != nullptr) free(opaque(foreign));
+  munmap(v, kBlocks * sizeof(void*));
+  return nullptr;
+}
+
+std::size_t rss_kib() { return lt::status_kib("VmRSS:"); }
+
+void run(bool with_foreign, const char* what) {
+  foreign = with_foreign ? malloc(opaque(kRequest)) : nullptr;
+  // A first thread, so that glibc's cached stack and lowtide's and
+  // mimalloc's thread records are in place before the measure.
+  pthread_t t;
+  const std::size_t before = rss_kib();
+  CHECK(pthread_create(&t, nullptr, worker, nullptr) == 0);
+  CHECK(pthread_join(t, nullptr) == 0);
+  const std::size_t after = rss_kib();
+  const std::size_t kept = after > before ? (after - before) * KiB : 0;
+  std::printf("%s: %zu KiB resident after the thread's exit (it had %zu KiB)\n", what, kept / KiB, kTotal / KiB);
+  CHECK(kept <= kSlack, "%s: the exited thread's pages stayed resident: %zu KiB (at most %zu)", what, kept / KiB,
+        kSlack / KiB);
+}
+
+void* idle(void*) { return nullptr; }
+
+}  // namespace
+
+int main() {
+  lt::arm_watchdog(60, "thread_exit");
+  const char* delay = std::getenv("MIMALLOC_SEGMENT_DECOMMIT_DELAY");
+  CHECK(delay != nullptr && std::strcmp(delay, "0") == 0, "run with MIMALLOC_SEGMENT_DECOMMIT_DELAY=0");
+  pthread_t t;
+  CHECK(pthread_create(&t, nullptr, idle, nullptr) == 0);
+  CHECK(pthread_join(t, nullptr) == 0);
+  run(false, "its own blocks only");
+  run(true, "then a block of another thread");
+  run(false, "its own blocks only, again");
+  std::printf("ok\n");
+  return 0;
+}
