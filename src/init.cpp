@@ -115,8 +115,11 @@ void init_once() {
   small::configure();
   small::configure_cache(g.config.get(Opt::thread_cache));
   small::on_forced_collect(&libc::flush_thread_cache);
-  stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes);
-  cache::init(&small::committed_now, &live::start);
+  stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes, &cache::note_thread_exit);
+  // 100 ms past mimalloc's purge delay: the collect then finds the exited
+  // threads' segments expired.
+  cache::init(&small::committed_now, &live::start, &small::collect_expired,
+              small::segment_purge_delay_ns() + 100'000'000u);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;

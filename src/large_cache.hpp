@@ -452,11 +452,23 @@ constexpr std::size_t auto_cap(std::uint64_t ram) {
   return ram == 0 || ram / 16 >= kAutoCapMost ? kAutoCapMost : static_cast<std::size_t>(ram / 16);
 }
 
+// At the start of every exiting thread's key destructor (stats::init's
+// hook): notes the time, so that the decay thread, where there is one, has
+// what mimalloc keeps of exited threads' pages go back once no thread has
+// exited for a while (init's small_collect). Not a reason to start the
+// thread: a process that never made a large allocation keeps mimalloc's
+// own behaviour (and has no lowtide-live socket either).
+void note_thread_exit();
+
 // small_committed: mimalloc's committed bytes (the demand rule of the decay
 // thread); may be null. thread_start_hook (may be null): run each time the
 // decay thread has been started, by the thread that started it (init.cpp
-// passes live::start).
-void init(std::size_t (*small_committed)(), void (*thread_start_hook)());
+// passes live::start). small_collect (may be null): what the decay thread
+// runs, under limit::collect_guarded, once no thread has exited for
+// small_collect_after_ns (small::collect_expired, and mimalloc's purge
+// delay for freed segments plus a margin).
+void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
+          std::uint64_t small_collect_after_ns);
 void fork_prepare();
 void fork_parent();
 void fork_child();

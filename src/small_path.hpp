@@ -123,6 +123,21 @@ inline void collect() { mi_collect(true); }
 // The shelves' blocks first (the thread cache below: no thread may come
 // back for them before the limit is met).
 void shelf_flush();
+// From the decay thread, once no thread has exited for a while
+// (cache::note_thread_exit): what mimalloc keeps for exited threads and
+// has kept past its purge delay is decommitted (a non-forced collect: the
+// segment cache's expired entries, the expired parts of abandoned
+// segments; nothing of a live thread's own pages). Set up as above.
+inline void collect_expired() {
+  mi_thread_init();
+  mi_collect(false);
+}
+// How long mimalloc keeps a freed segment committed before a collect may
+// purge it (mi_option_segment_decommit_delay, 500 ms by default).
+inline std::uint64_t segment_purge_delay_ns() {
+  const long ms = mi_option_get(mi_option_segment_decommit_delay);
+  return ms > 0 ? static_cast<std::uint64_t>(ms) * 1'000'000u : 0;
+}
 inline void release_retained() {
   mi_thread_init();
   shelf_flush();

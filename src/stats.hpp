@@ -205,9 +205,11 @@ void snapshot(Snapshot* snap, bool try_only);
 // At first-call init: the thread-exit key, what empties an exiting
 // thread's small-block cache, what tells the bytes one holds and the bytes
 // on the shelves (small::cache_flush, small::cache_bytes,
-// small::shelf_bytes; the registry does not call the small path itself).
+// small::shelf_bytes; the registry does not call the small path itself),
+// and what runs first in every exiting thread's key destructor, on that
+// thread (cache::note_thread_exit; may be null).
 void init(void (*flush_cache)(small::ThreadCache*), std::size_t (*cache_bytes)(const small::ThreadCache*),
-          std::size_t (*shelf_bytes)());
+          std::size_t (*shelf_bytes)(), void (*thread_exited)());
 void fork_prepare();
 void fork_parent();
 void fork_child();
