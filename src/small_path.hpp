@@ -321,15 +321,13 @@ extern __attribute__((visibility("hidden"))) std::uint8_t cache_cap_max[kCacheBi
 extern __attribute__((visibility("hidden"))) std::uint32_t cache_grow_pool_cap;
 extern __attribute__((visibility("hidden"))) std::uint16_t cache_class[kCacheBins];  // each bin's class size
 extern __attribute__((visibility("hidden"))) bool cache_on;  // some class has a cap (LOWTIDE_THREAD_CACHE > 0)
-// A thread caches only from its kCacheWarm-th free on. mimalloc empties a
-// thread's heap in a pthread key destructor made before lowtide's, so it
-// runs first: a block lowtide's destructor gives back after it lands in a
-// segment mimalloc has already handed on (abandoned), which the next thread
-// must reclaim; done by every thread of bench/thread_churn.cpp (one malloc
-// and one free each) that cost 33 us a thread. A thread that makes fewer
-// frees gains nothing from a cache anyway; one that makes many pays that
-// once. (glibc's TLS destructors run before key destructors, but
-// registering one allocates, and glibc aborts when that fails.)
+// A thread caches only from its kCacheWarm-th free on: one that makes
+// fewer frees gains nothing from a cache, and its exit then has nothing to
+// give back. (Chosen when the cache went back only in lowtide's key
+// destructor, after mimalloc's had abandoned the thread's segments: every
+// thread of bench/thread_churn.cpp, one malloc and one free each, paid
+// 33 us for the reclaim. It now goes back at the start of mimalloc's own
+// collect, on_forced_collect above.)
 inline constexpr std::uint64_t kCacheWarm = 256;
 
 // A cached block's link is not 16-byte aligned (a write after free): stop
