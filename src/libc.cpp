@@ -54,7 +54,16 @@ void* fwd_realloc(void* p, std::size_t n) {
 }  // namespace
 
 void flush_thread_cache() {
-  if (small::ThreadCache* tc = t_local.cache; small::cache_is_open(tc)) small::cache_flush(tc);
+  if (small::ThreadCache* tc = t_local.cache; small::cache_is_open(tc)) {
+    // Parked while it is emptied, as stats::close_cache does: a signal
+    // handler's malloc in between would pop a block the flush then frees.
+    // Its calls meanwhile go uncached (and are counted as usual).
+    t_local.cache = kParkedCache;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    small::cache_flush(tc);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    t_local.cache = tc;
+  }
   small::shelf_flush();
 }
 

@@ -25,12 +25,13 @@ void (*forced_collect_hook)() = nullptr;
 // lowtide_release, the memory limit) or an allocation about to fail for
 // want of memory (collect and retry).
 void on_mi_collect(bool force, unsigned long long, void*) {
-  if (force) forced_collect_hook();
+  if (!force) return;
+  if (void (*hook)() = __atomic_load_n(&forced_collect_hook, __ATOMIC_ACQUIRE); hook != nullptr) hook();
 }
 }  // namespace
 
 void on_forced_collect(void (*hook)()) {
-  forced_collect_hook = hook;
+  __atomic_store_n(&forced_collect_hook, hook, __ATOMIC_RELEASE);
   mi_register_deferred_free(&on_mi_collect, nullptr);
 }
 

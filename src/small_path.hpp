@@ -478,7 +478,16 @@ void cache_flush(ThreadCache* tc);
 // with 2 threads held 25 MiB after they exited). Flushed here, the blocks
 // make their pages free before the abandon, and mimalloc frees them.
 // hook must not take a lock (it may run inside an allocation that failed)
-// and must not call into mimalloc's collect.
+// and must not call into mimalloc's collect. mimalloc keeps one such
+// function for the process: a program that registers its own with
+// mi_register_deferred_free (it would have to call libmimalloc directly)
+// replaces lowtide's, and the thread cache then goes back in lowtide's key
+// destructor only, after the abandon, as before this hook.
+// An accepted gap: an allocation that finds no memory inside a signal
+// handler that interrupted this thread's malloc or free between its read
+// of a bin and its write of it would flush that bin under it (a handler
+// that calls malloc is outside POSIX; the flush parks the cache against a
+// handler's calls during it).
 void on_forced_collect(void (*hook)());
 // Bytes the cache holds (its owner's view; another thread's read is a
 // gauge, possibly off by the blocks moving while it reads).
