@@ -785,24 +785,37 @@ std::size_t small_committed() { return small_committed_fn != nullptr ? small_com
 // kept them for good: churn-2t 25 MiB after its two threads were gone,
 // glibc 3.4. The decay thread makes that later call, once no thread has
 // exited for the delay: a non-forced collect, which purges only expired
-// entries (a process that keeps creating threads keeps reusing them).
-std::atomic<std::uint64_t> last_exit_ns{0};
+// entries (a process that keeps creating threads keeps reusing them, and
+// each exit's own collect purges what has expired meanwhile). Then once
+// more, the delay later: the collect itself frees the abandoned segments
+// that frees since the exit have emptied (the main thread freeing what
+// its workers made, after the join), into the segment cache with a fresh
+// delay (review).
+std::atomic<std::uint64_t> last_exit_ns{0};  // the latest exit's time (only grows)
 void (*small_collect_fn)() = nullptr;
 std::uint64_t small_collect_after = 0;
-std::uint64_t exits_collected_ns = 0;  // the decay thread's: last_exit_ns at its last collect
+// The decay thread's own: last_exit_ns as it last saw it, when the next
+// collect is due (0: none), and how many more follow that one.
+std::uint64_t exit_seen_ns = 0, collect_due_ns = 0;
+unsigned collects_after = 0;
 
-// How long until the collect is due: 0 now, UINT64_MAX none pending.
+// How long until a collect is due: 0 now, UINT64_MAX none pending.
 std::uint64_t exits_collect_in(std::uint64_t now) {
-  const std::uint64_t last = last_exit_ns.load(std::memory_order_relaxed);
-  if (small_collect_fn == nullptr || last == exits_collected_ns) return UINT64_MAX;
-  const std::uint64_t due = last + small_collect_after;
-  return now >= due ? 0 : due - now;
+  if (small_collect_fn == nullptr) return UINT64_MAX;
+  if (const std::uint64_t last = last_exit_ns.load(std::memory_order_relaxed); last != exit_seen_ns) {
+    exit_seen_ns = last;
+    collect_due_ns = last + small_collect_after;
+    collects_after = 1;
+  }
+  if (collect_due_ns == 0) return UINT64_MAX;
+  return now >= collect_due_ns ? 0 : collect_due_ns - now;
 }
 
 void collect_after_exits(std::uint64_t now) {
   if (exits_collect_in(now) != 0) return;
-  exits_collected_ns = last_exit_ns.load(std::memory_order_relaxed);
   limit::collect_guarded(small_collect_fn);
+  collect_due_ns = collects_after != 0 ? now + small_collect_after : 0;
+  if (collects_after != 0) --collects_after;
 }
 
 void trim_for_demand() {
@@ -1027,7 +1040,14 @@ void note_large_allocation() {
   if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
 }
 
-void note_thread_exit() { last_exit_ns.store(pal::now_ns(), std::memory_order_relaxed); }
+void note_thread_exit() {
+  // A maximum, not a store: a thread preempted between its clock read and
+  // its store must not move the time back past a later exit.
+  const std::uint64_t now = pal::now_ns();
+  std::uint64_t old = last_exit_ns.load(std::memory_order_relaxed);
+  while (old < now && !last_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
+  }
+}
 
 // The start lock first: a start in progress may take the cache's lock
 // (purge, when no thread could be created).
