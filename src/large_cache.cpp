@@ -782,9 +782,9 @@ std::size_t small_committed() { return small_committed_fn != nullptr ? small_com
 // they have waited there its purge delay (500 ms), but only by a later
 // call into mimalloc that pushes a segment or collects. A process whose
 // threads finished and that now waits (a pool shut down, a batch done)
-// kept them for good: churn-2t 25 MiB after its two threads were gone,
-// glibc 3.4. The decay thread makes that later call, once no thread has
-// exited for the delay: a non-forced collect, which purges only expired
+// kept them for good, as under raw mimalloc (churn-2t: 25 MiB after its
+// two threads were gone; glibc 3.4). The decay thread, where there is one,
+// makes that later call, once no thread has exited for the delay: a non-forced collect, which purges only expired
 // entries (a process that keeps creating threads keeps reusing them, and
 // each exit's own collect purges what has expired meanwhile). Then once
 // more, the delay later: the collect itself frees the abandoned segments
