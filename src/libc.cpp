@@ -427,6 +427,9 @@ int trim(std::size_t pad) {
   // back is mimalloc's: pages freed but kept for reuse, on this thread.
   std::size_t before = pal::rss_bytes();
   std::size_t cached = cache::purge(true);
+  // (The collect below calls it too, through small::on_forced_collect; here
+  // as well because a program of its own may replace that hook, and a
+  // thread whose mimalloc heap is not set up gets no call.)
   flush_thread_cache();
   // mimalloc's collect pops its abandoned segments, raising a reader count
   // a fork child would inherit and spin on: not across a fork.
@@ -515,7 +518,7 @@ int get_stats(struct ::lowtide_stats* out) {
 std::size_t release_now() {
   std::size_t before = pal::rss_bytes();
   cache::purge(true);
-  flush_thread_cache();
+  flush_thread_cache();  // (as in trim: not left to the collect's hook)
   // mimalloc's collect pops its abandoned segments, raising a reader count
   // a fork child would inherit and spin on: not across a fork.
   limit::collect_guarded(&small::collect);

@@ -140,7 +140,7 @@ inline std::uint64_t segment_purge_delay_ns() {
 }
 inline void release_retained() {
   mi_thread_init();
-  shelf_flush();
+  shelf_flush();  // (the collect's hook does too, unless a program replaced it)
   mi_collect(true);
 }
 // Bytes mimalloc has committed, now and at its peak.
