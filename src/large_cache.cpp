@@ -633,8 +633,10 @@ void ReuseCache::measure_entries() {
       if (e.gen == todo[j].gen && e.start == todo[j].start && e.n == todo[j].n && e.res == kUnmeasured) {
         e.res = res;
         // (Only a measure stored teaches the fraction: one of a block
-        // rewritten meanwhile says nothing of how the process writes.)
-        resident_frac_.note(now, (res * kFracOne + len - 1) / len + 1, decay_ns_);
+        // rewritten meanwhile says nothing of how the process writes. A
+        // short one counts as kFracLeast long: see there.)
+        const std::size_t per = len > kFracLeast ? len : kFracLeast;
+        resident_frac_.note(now, (res * kFracOne + per - 1) / per + 1, decay_ns_);
         break;
       }
     }

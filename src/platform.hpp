@@ -155,10 +155,18 @@ bool fill_hole(void* p, std::size_t len);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
-// Bytes of [p, p+len) that are resident (mincore, page by page; the range
-// rounded out to pages). Parts not mapped count as not resident. For the
-// live query (src/live.cpp): takes the mmap lock for reading, no other.
+// Bytes of [p, p+len) that are resident (the range rounded out to pages):
+// PAGEMAP_SCAN's runs of present pages (Linux 6.7+, /proc/self/pagemap
+// opened and closed each call), else mincore page by page (a swapped-out
+// page still in the swap cache counts there, not in the scan). Parts not
+// mapped count as not resident. For the live query (src/live.cpp): takes
+// the mmap lock for reading, no other; opens a descriptor for the call.
 std::size_t resident_bytes(const void* p, std::size_t len);
+// The same by mincore alone (the fallback; tests compare the two).
+std::size_t resident_bytes_mincore(const void* p, std::size_t len);
+// Whether resident_bytes answers by PAGEMAP_SCAN here (for tests; asks the
+// kernel once, and a refusal makes mincore the answer from then on).
+bool resident_scan_works();
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.
 void* map_lazy(std::size_t len);

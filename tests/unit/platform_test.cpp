@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "platform.hpp"
@@ -119,4 +121,56 @@ TEST_CASE("sandbox_since_start: filters added since start, an unreadable status"
   rmdir(dir);
   pal::set_status_path_for_test(nullptr);
   pal::note_sandbox_at_start();  // this process's own state again, for the tests after
+}
+
+// resident_bytes answers by PAGEMAP_SCAN where the kernel has it (6.7+)
+// and by mincore otherwise; both must give the exact resident bytes of what
+// a test touched: sparse, dense, every other page (more runs than one scan
+// call returns), and a range with an unmapped hole and a PROT_NONE part,
+// which count as not resident.
+TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
+  struct utsname u;
+  REQUIRE(uname(&u) == 0);
+  // A kernel from 6.7 has the scan; it must then be the one answering.
+  if (!pal::release_below(u.release, 6, 7)) CHECK(pal::resident_scan_works());
+  const std::size_t page = 4096, pages = 4096 + 100;  // 16 MiB and more: two mincore calls
+  auto* p = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  // No transparent huge page may fill in pages the test did not touch.
+  madvise(p, pages * page, MADV_NOHUGEPAGE);
+  auto both = [&](const void* q, std::size_t len, std::size_t want) {
+    CHECK(pal::resident_bytes(q, len) == want);
+    CHECK(pal::resident_bytes_mincore(q, len) == want);
+  };
+  both(p, pages * page, 0);
+  std::size_t touched = 0;
+  for (std::size_t i = 0; i < pages; i += 64, ++touched) p[i * page] = 1;  // one page in 64
+  both(p, pages * page, touched * page);
+  // Not page-aligned: the range is rounded out to pages.
+  both(p + 10, 64 * page - 20, page);
+  for (std::size_t i = 0; i < 1000; i += 2) p[i * page + 5] = 1;  // every other page of the first 1000
+  std::size_t want = 0;
+  for (std::size_t i = 0; i < pages; ++i) want += (i % 64 == 0 || (i < 1000 && i % 2 == 0)) ? 1 : 0;
+  both(p, pages * page, want * page);
+  // Every page of the last 200.
+  for (std::size_t i = pages - 200; i < pages; ++i) p[i * page] = 1;
+  want = 0;
+  for (std::size_t i = 0; i < pages; ++i)
+    want += (i % 64 == 0 || (i < 1000 && i % 2 == 0) || i >= pages - 200) ? 1 : 0;
+  both(p, pages * page, want * page);
+  // A hole (pages 2000-2999 unmapped) and a PROT_NONE part (3000-3099,
+  // its pages dropped by the mmap over it).
+  REQUIRE(munmap(p + 2000 * page, 1000 * page) == 0);
+  REQUIRE(mmap(p + 3000 * page, 100 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          p + 3000 * page);
+  want = 0;
+  for (std::size_t i = 0; i < pages; ++i) {
+    if (i >= 2000 && i < 3100) continue;
+    want += (i % 64 == 0 || (i < 1000 && i % 2 == 0) || i >= pages - 200) ? 1 : 0;
+  }
+  both(p, pages * page, want * page);
+  both(p + 2000 * page, 1000 * page, 0);
+  munmap(p, 2000 * page);
+  munmap(p + 3000 * page, (pages - 3000) * page);
 }
