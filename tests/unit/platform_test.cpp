@@ -123,11 +123,12 @@ TEST_CASE("sandbox_since_start: filters added since start, an unreadable status"
   pal::note_sandbox_at_start();  // this process's own state again, for the tests after
 }
 
-// resident_bytes answers by PAGEMAP_SCAN where the kernel has it (6.7+)
-// and by mincore otherwise; both must give the exact resident bytes of what
-// a test touched: sparse, dense, every other page (more runs than one scan
-// call returns), and a range with an unmapped hole and a PROT_NONE part,
-// which count as not resident.
+// resident_bytes answers by PAGEMAP_SCAN where the kernel has it (6.7+),
+// handing over to mincore once the pages are not sparse, and by mincore
+// alone otherwise; both must give the exact resident bytes of what a test
+// touched: sparse, dense, every other page (more runs than one scan call
+// returns), and a range with an unmapped hole and a PROT_NONE part, which
+// count as not resident.
 TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   struct utsname u;
   REQUIRE(uname(&u) == 0);
@@ -159,6 +160,10 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   for (std::size_t i = 0; i < pages; ++i)
     want += (i % 64 == 0 || (i < 1000 && i % 2 == 0) || i >= pages - 200) ? 1 : 0;
   both(p, pages * page, want * page);
+  // Dense alone: the scan stops inside a run of present pages (at a
+  // sixteenth of the range) and mincore counts the rest.
+  both(p + (pages - 200) * page, 200 * page, 200 * page);
+  both(p + (pages - 300) * page, 300 * page, (200 + 2) * page);  // two one-in-64 pages before the run
   // A hole (pages 2000-2999 unmapped) and a PROT_NONE part (3000-3099,
   // its pages dropped by the mmap over it).
   REQUIRE(munmap(p + 2000 * page, 1000 * page) == 0);
