@@ -67,6 +67,7 @@ void before_fork() {
   // No hole in the range across fork (large_space.hpp); its windows take
   // no lock, so this comes before any.
   large::fork_wait_holes();
+  pal::fork_wait_scans();  // resident_bytes' descriptor, likewise
   // The memory limit's collect lock first: the decay thread holds it while
   // mimalloc collects, which may reach the registry (a thread's first
   // allocation) under it.
@@ -82,6 +83,7 @@ void after_fork_parent() {
   stats::fork_parent();
   sites::fork_parent();
   limit::fork_parent();
+  pal::fork_scans_done(false);
   large::fork_holes_done(false);
 }
 void after_fork_child() {
@@ -96,6 +98,7 @@ void after_fork_child() {
   report::on_fork_child();
   limit::fork_child();
   live::fork_child();
+  pal::fork_scans_done(true);
   large::fork_holes_done(true);
   periodic::on_fork_child();  // last: a thread started once all is reset
 }

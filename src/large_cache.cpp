@@ -608,7 +608,7 @@ std::size_t ReuseCache::cost_of(const Entry& e) {
 }
 
 // Measure the resident bytes of every entry not yet measured: the entries
-// are copied under the lock, measured outside it (mincore walks page
+// are copied under the lock, measured outside it (Deps::resident walks page
 // tables; other threads' frees and takes go on), and each measure is stored
 // if its entry is still there, unchanged. Cached pages are never written,
 // so a measure stays an upper bound for as long as the entry is cached
@@ -634,8 +634,9 @@ void ReuseCache::measure_entries() {
         e.res = res;
         // (Only a measure stored teaches the fraction: one of a block
         // rewritten meanwhile says nothing of how the process writes. A
-        // short one counts as kFracLeast long: see there.)
-        const std::size_t per = len > kFracLeast ? len : kFracLeast;
+        // short one less than half resident counts as kFracLeast long:
+        // see there.)
+        const std::size_t per = len < kFracLeast && res < len / 2 ? kFracLeast : len;
         resident_frac_.note(now, (res * kFracOne + per - 1) / per + 1, decay_ns_);
         break;
       }

@@ -54,7 +54,7 @@ struct Deps {
   // Arena::give_back's read-write release (pal::drop_writable); may be null
   // (decommit alone, as the unit tests' fakes do).
   bool (*drop_writable)(void* p, std::size_t len) = nullptr;
-  // Bytes of [p, p+len) that are resident (pal::resident_bytes, mincore):
+  // Bytes of [p, p+len) that are resident (pal::resident_bytes: PAGEMAP_SCAN, mincore):
   // what a cached block really costs. May be null (every block counts its
   // whole length, as the unit tests' default fakes do).
   std::size_t (*resident)(const void* p, std::size_t len) = nullptr;
@@ -110,15 +110,17 @@ class ReuseCache {
   // Resident fractions (RecentMax) in these units, stored + 1 so that 0 is
   // "none measured".
   static constexpr std::size_t kFracOne = 1024;
-  // An entry shorter than this teaches the resident fraction as if it were
-  // this long, the rest of it not resident. Short entries are mostly the
-  // rests that cuts leave behind blocks (a few 64 KiB granules), where one
-  // stray page is 6 % of a granule: in bench/many_large, whose blocks of
-  // 5-25 MiB are written one page in 64 (1.6 %), such rests made the
-  // largest fraction 12-19 %, so every miss counted a fault of up to a
-  // fifth of its length and cut the cache to half its slack. A short block
-  // written in full still teaches its share of a MiB (a 512 KiB one, half):
-  // a process that writes its blocks whole is not taken for a sparse one.
+  // An entry shorter than this and less than half resident teaches the
+  // resident fraction as if it were this long, the rest not resident.
+  // Such entries are mostly the rests that cuts leave behind blocks (a few
+  // 64 KiB granules), where one stray page is 6 % of a granule: in
+  // bench/many_large, whose blocks of 5-25 MiB are written one page in 64
+  // (1.6 %), such rests made the largest fraction 12-19 %, so every miss
+  // counted a fault of up to a fifth of its length and cut the cache to
+  // half its slack. A short block at least half resident teaches its own
+  // fraction (review: blocks of 128 KiB to 1 MiB written in full are
+  // common, and taught as a share of a MiB they would let a miss keep
+  // that much more cached than the fault leaves room for).
   static constexpr std::size_t kFracLeast = std::size_t{1} << 20;
   // While the cache is being drawn from (a take within the last decay
   // period), an entry may outlive the decay period up to this many times

@@ -139,8 +139,9 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
   // from 55 to 75 MiB without this test. Its first MiB is the sample: a
   // mincore over the whole block (15 MiB on average there) made every miss
   // of that shape 12 % slower, and where a block is written from its front
-  // only, what is not resident moves for free. (mincore, outside the cache's
-  // lock: the extent may be taken meanwhile, and then take_at fails.)
+  // only, what is not resident moves for free. (ops_.resident,
+  // pal::resident_bytes, outside the cache's lock: the extent may be taken
+  // meanwhile, and then take_at fails.)
   const std::size_t sample = Extent::bytes_of(kWarmLeast);
   if (ops_.resident(warm.base(a_), sample) * 2 < sample) return Warm::none;
   // Taken, not yet as a reuse: if nothing comes of it, it goes back with its

@@ -292,7 +292,7 @@ struct Breakdown {
 };
 
 // The live blocks' extents, copied under the arena lock (held only for the
-// copy: no system call under it), counted with mincore after.
+// copy: no system call under it), counted with pal::resident_bytes after.
 struct Span {
   std::uint32_t start, n;
 };

@@ -483,6 +483,28 @@ constexpr std::uint64_t kPageIsPresent = 1u << 3;
 // Set once PAGEMAP_SCAN cannot be used here (a kernel before 6.7 answers
 // ENOTTY; no /proc, or a sandbox that refuses it): mincore from then on.
 std::atomic<bool> scan_missing{false};
+std::atomic<std::uint64_t> scan_answers{0};  // for tests (resident_scan_answers)
+
+// A scan's descriptor is open only inside a window fork waits for (as the
+// large path's hole windows): a fork in another thread while it was open
+// would leave the child a descriptor it never closes, to the parent's
+// pagemap. Sequentially consistent on both sides: either fork sees the
+// count or the window sees the flag.
+std::atomic<int> scans_open{0};
+std::atomic<bool> scan_forking{false};
+void close_scan_window() {
+  // Never below 0: in a child forked (from a signal handler) while this
+  // thread had a window open, fork_scans_done reset the count to 0.
+  int n = scans_open.load(std::memory_order_seq_cst);
+  while (n > 0 && !scans_open.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
+}
+bool open_scan_window() {
+  scans_open.fetch_add(1, std::memory_order_seq_cst);
+  if (!scan_forking.load(std::memory_order_seq_cst)) return true;
+  close_scan_window();
+  return false;
+}
 
 // Resident bytes of [a, end) (page-aligned) by PAGEMAP_SCAN, while they
 // are sparse: the kernel returns the runs of present pages, so a sparse
@@ -494,24 +516,59 @@ std::atomic<bool> scan_missing{false};
 // once it has found a sixteenth of the range's pages present (max_pages)
 // and *stopped says where: the caller counts the rest with mincore (15 MiB
 // written in full: 6 us in all, one page in 8: 10 against 12).
-// Opened each time, not kept (open_for_query's reason: a program closing
-// every descriptor it did not open; and a forked child's kept one would
-// scan the parent); an open, a check and a close cost ~1 us here.
+// The descriptor:
+// - /proc/thread-self, not /proc/self: /proc/self is the thread group's
+//   leader, and once the main thread has exited it has no mm, which
+//   kernels from 6.7 until "proc: fix the issue of proc_mem_open returning
+//   NULL" (2025) let a root process open and then oops on in the scan
+//   (syzbot f9238a0a31f9b5603fef). The calling thread always has its mm.
+// - Opened each time, not kept (open_for_query's reason: a program closing
+//   every descriptor it did not open; and a forked child's kept one would
+//   scan the parent). An open, the checks and a close cost ~1.5 us here.
+// - Its identity is checked (OwnFd) before each ioctl and before the
+//   close: a program thread that closes every descriptor and opens a file
+//   at the same number meanwhile must not have lowtide's ioctl sent to it,
+//   nor its file closed.
+// - Opened and closed by raw system calls: glibc's open and close are
+//   cancellation points, and a deferred cancel acted on inside malloc
+//   would unwind out of the cache with an extent taken (lowtide is built
+//   without exceptions: nothing would put it back).
+// - Inside a scan window (above).
 // false: not answered (the caller uses mincore for all of it).
 bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
-  if (scan_missing.load(std::memory_order_relaxed)) return false;
-  struct stat st;
-  const int fd = open_regular_fd("/proc/self/pagemap", O_NOFOLLOW, &st);
+  if (scan_missing.load(std::memory_order_relaxed) || !open_scan_window()) return false;
+  const int fd = static_cast<int>(
+      ::syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
   if (fd < 0) {
-    if (errno == ENOENT || errno == EACCES || errno == EPERM) scan_missing.store(true, std::memory_order_relaxed);
+    if (errno == ENOENT || errno == EACCES || errno == EPERM || errno == ENOSYS)
+      scan_missing.store(true, std::memory_order_relaxed);
+    close_scan_window();
     return false;
   }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    // pagemap is a regular file: this is not it (a program thread closed
+    // the number and took it over for a file of its own, not ours to
+    // close; or a /proc that is not procfs). Not asked again: at worst
+    // one descriptor left open, once.
+    scan_missing.store(true, std::memory_order_relaxed);
+    close_scan_window();
+    return false;
+  }
+  OwnFd o;
+  o.fd = fd;
+  o.dev = st.st_dev;
+  o.ino = st.st_ino;
   // 128 runs (3 KiB of stack) a call.
   PageRegion runs[128];
   const std::uint64_t limit = (end - a) / kPageSize / 16 + 1;
   std::uint64_t found = 0;
   bool ok = true;
   while (a < end && found < limit) {
+    if (!still_own(o)) {
+      ok = false;
+      break;
+    }
     PmScanArg q{};
     q.size = sizeof q;
     q.start = a;
@@ -532,12 +589,27 @@ bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std
     for (long i = 0; i < n; ++i) found += (runs[i].end - runs[i].start) / kPageSize;
     a = q.walk_end;
   }
-  ::close(fd);
+  if (still_own(o)) ::syscall(SYS_close, fd);
+  close_scan_window();
   *bytes = found * kPageSize;
   *stopped = a;
+  if (ok) scan_answers.fetch_add(1, std::memory_order_relaxed);
   return ok;
 }
 }  // namespace
+
+void fork_wait_scans() {
+  scan_forking.store(true, std::memory_order_seq_cst);
+  if (scans_open.load(std::memory_order_seq_cst) == 0) return;
+  const std::uint64_t until = now_ns() + 10'000'000;
+  while (scans_open.load(std::memory_order_seq_cst) != 0 && now_ns() < until) yield();
+}
+void fork_scans_done(bool child) {
+  if (child) scans_open.store(0, std::memory_order_relaxed);  // no scan is open in the child
+  scan_forking.store(false, std::memory_order_seq_cst);
+}
+
+std::uint64_t resident_scan_answers() { return scan_answers.load(std::memory_order_relaxed); }
 
 bool resident_scan_works() {
   const int saved = errno;
@@ -559,9 +631,17 @@ std::size_t resident_bytes_mincore(const void* p, std::size_t len) {
   int saved = errno;
   // mincore answers nothing for a call whose range has an unmapped part
   // (ENOMEM): the call is halved until the mapped pages before the hole
-  // are counted, and a page it still refuses alone is skipped (a hole of
-  // k pages costs about k calls; the ranges asked about are the arena's,
-  // mapped throughout, where this never happens).
+  // are counted; from a page refused alone, the next mapped page is found
+  // by single-page calls at doubling distances, then halving (a hole of k
+  // pages costs ~2 log2 k calls; a mapped island inside the span galloped
+  // over would go uncounted). The ranges the cache asks about are the
+  // arena's, mapped but for a moment of grow_mapping's; the live query's
+  // mimalloc mappings may be unmapped while it counts. Any other refusal
+  // (EAGAIN under memory pressure, a filter) counts the call's pages as
+  // resident: the cache needs an upper bound.
+  auto mapped = [&vec](std::uintptr_t x) {
+    return ::mincore(reinterpret_cast<void*>(x), kPageSize, vec) == 0 || errno != ENOMEM;
+  };
   std::size_t step = sizeof vec;
   while (a < end) {
     std::size_t n = (end - a) / kPageSize;
@@ -570,10 +650,27 @@ std::size_t resident_bytes_mincore(const void* p, std::size_t len) {
       for (std::size_t i = 0; i < n; ++i) pages += vec[i] & 1u;
       a += n * kPageSize;
       step = step * 2 < sizeof vec ? step * 2 : sizeof vec;
-    } else if (errno == ENOMEM && n > 1) {
+    } else if (errno != ENOMEM) {
+      pages += n;
+      a += n * kPageSize;
+    } else if (n > 1) {
       step = n / 2;
     } else {
-      a += kPageSize;
+      std::uintptr_t lo = a, hi = end;  // lo not mapped; hi mapped, or the end
+      for (std::size_t d = 1; a + d * kPageSize < end; d *= 2) {
+        if (mapped(a + d * kPageSize)) {
+          hi = a + d * kPageSize;
+          break;
+        }
+        lo = a + d * kPageSize;
+      }
+      while (hi - lo > kPageSize) {
+        const std::uintptr_t mid = lo + (hi - lo) / kPageSize / 2 * kPageSize;
+        if (mapped(mid)) hi = mid;
+        else lo = mid;
+      }
+      a = hi;
+      step = 1;
     }
   }
   errno = saved;

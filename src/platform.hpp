@@ -156,17 +156,31 @@ bool fill_hole(void* p, std::size_t len);
 void advise_hugepage(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
 // Bytes of [p, p+len) that are resident (the range rounded out to pages):
-// PAGEMAP_SCAN's runs of present pages (Linux 6.7+, /proc/self/pagemap
-// opened and closed each call), else mincore page by page (a swapped-out
-// page still in the swap cache counts there, not in the scan). Parts not
-// mapped count as not resident. For the live query (src/live.cpp): takes
-// the mmap lock for reading, no other; opens a descriptor for the call.
+// PAGEMAP_SCAN's runs of present pages (Linux 6.7+, /proc/thread-self/
+// pagemap opened and closed for the call) until a sixteenth of the range's
+// pages are found present, then mincore page by page for the rest; mincore
+// alone where the scan is not there. The two differ only on pages in
+// transit: a page swapped out but still in the swap cache, or under
+// migration, counts for mincore and not for the scan. Parts not mapped
+// count as not resident. Takes the kernel's mmap lock for reading (and,
+// for the open, the task's exec_update_lock for reading), no lock of
+// lowtide's or the program's; not a cancellation point.
 std::size_t resident_bytes(const void* p, std::size_t len);
-// The same by mincore alone (the fallback; tests compare the two).
+// The same by mincore alone (the fallback; tests compare the two). A call
+// the kernel refuses for another reason than an unmapped part (EAGAIN
+// under memory pressure, a filter) counts its pages as resident: the
+// cache needs an upper bound.
 std::size_t resident_bytes_mincore(const void* p, std::size_t len);
 // Whether resident_bytes answers by PAGEMAP_SCAN here (for tests; asks the
 // kernel once, and a refusal makes mincore the answer from then on).
 bool resident_scan_works();
+// How many resident_bytes calls the scan has answered (for tests).
+std::uint64_t resident_scan_answers();
+// fork's prepare and after handlers (init.cpp): a fork waits (at most
+// 10 ms) for the scans under way to close their descriptors, and none opens
+// until it is done.
+void fork_wait_scans();
+void fork_scans_done(bool child);
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.
 void* map_lazy(std::size_t len);

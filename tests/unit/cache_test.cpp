@@ -897,32 +897,34 @@ TEST_CASE("cache: with no block measured for two decay periods a fault counts wh
 }
 
 namespace {
-// Entries shorter than kFracLeast resident throughout (the rests cuts
-// leave), longer ones one page in 64.
+// Entries shorter than kFracLeast: 512 KiB ones resident throughout (short
+// blocks written in full), others a third (the rests cuts leave, a few
+// stray pages); longer ones one page in 64.
 std::size_t rest_resident(const void* p, std::size_t len) {
   (void)p;
-  return len < ReuseCache::kFracLeast ? len : len / 64;
+  if (len >= ReuseCache::kFracLeast) return len / 64;
+  return len == 8 * G ? len : len / 3;
 }
 constexpr Deps kRestDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr, nullptr, nullptr, &rest_resident};
 }  // namespace
 
-TEST_CASE("cache: a short entry teaches the resident fraction as if it were a MiB long") {
+TEST_CASE("cache: a short sparse entry teaches the resident fraction as if it were a MiB long") {
   Rig r(512 * G, kDecay, kRestDeps);
   Extent a = r.used(160), b = r.used(160), rest = r.used(2);  // 10 MiB sparse twice, a 128 KiB rest
   REQUIRE(r.put(a));
   REQUIRE(r.put(b));
   REQUIRE(r.put(rest));
-  // The rest, resident throughout, teaches 128 KiB of a MiB (1/8): a
-  // 10 MiB fault costs 1.25 MiB, and the 448 KiB cached stay. (Taught its
-  // own fraction, whole, the fault alone would be past the slack and
-  // everything given back.)
-  r.c.evict_for(a.bytes());
+  // The rest, a third resident, teaches 43 KiB of a MiB (4 %): a 23 MiB
+  // fault costs 0.9 MiB, and the 363 KiB cached stay. (Taught its own
+  // third, the fault would cost 7.7 MiB, past the slack with what is
+  // cached: some would go.)
+  r.c.evict_for(std::size_t{23} << 20);
   CHECK(returned == 0);
   CHECK(r.c.cached_bytes() == 322 * G);
   CHECK(r.c.check() == nullptr);
 }
 
-TEST_CASE("cache: short blocks written in full still count for half a MiB in the fraction") {
+TEST_CASE("cache: short blocks written in full teach their own fraction") {
   Rig r(512 * G, kDecay, kRestDeps);
   std::vector<Extent> small;
   for (int i = 0; i < 4; ++i) {
@@ -930,21 +932,19 @@ TEST_CASE("cache: short blocks written in full still count for half a MiB in the
     small.push_back(r.used(8));  // 512 KiB each, resident throughout
     REQUIRE(r.put(small.back()));
   }
-  // Fraction 1/2: a 14 MiB fault counts 7 MiB, with the 2 MiB cached 1 past
-  // the slack: the two oldest go.
+  // Fraction whole (review: taught as half a MiB each, the 14 MiB fault
+  // would count 7 and keep two of them): the fault alone is past the
+  // slack, everything goes.
   r.c.evict_for(std::size_t{14} << 20);
-  CHECK(returned == 16 * G);
-  CHECK(r.a.is_used_extent(small[2].start, 8));
-  CHECK(r.a.is_used_extent(small[3].start, 8));
-  CHECK(r.c.cached_bytes() == 16 * G);
+  CHECK(returned == 32 * G);
+  CHECK(r.c.cached_bytes() == 0);
   CHECK(r.c.check() == nullptr);
 }
 
 TEST_CASE("cache: a measured dense entry is cut at its front by the excess, as an unmeasured one") {
   Rig r(64 * G, kDecay, kResidentDeps);
   fake_res_per_granule = G;
-  // At least kFracLeast each: measured dense, they make the fraction whole.
-  Extent x = r.used(24), y = r.used(32);
+  Extent x = r.used(8), y = r.used(2);
   REQUIRE(r.put(x));
   fake_now = 50;
   REQUIRE(r.put(y));
@@ -952,12 +952,12 @@ TEST_CASE("cache: a measured dense entry is cut at its front by the excess, as a
   std::uint32_t got = 0;
   CHECK(r.c.take(3, 1, 0, false, &got) == x.start);
   r.live.push_back(Extent{x.start, 3});
-  r.c.evict_for(ReuseCache::kMissSlack - 53 * G);
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G);
   CHECK(returned == 0);
-  r.c.evict_for(ReuseCache::kMissSlack - 53 * G + 1);
+  r.c.evict_for(ReuseCache::kMissSlack - 7 * G + 1);
   CHECK(returned == G);
-  CHECK(r.a.is_used_extent(x.start + 4, 20));
-  CHECK(r.a.is_used_extent(y.start, 32));
+  CHECK(r.a.is_used_extent(x.start + 4, 4));
+  CHECK(r.a.is_used_extent(y.start, 2));
   CHECK(r.c.check() == nullptr);
 }
 
@@ -974,8 +974,8 @@ TEST_CASE("cache: a hit on a measured sparse entry is a fault: blocks cached sin
   // everything cached goes (the dense blocks and a's rest).
   fake_res_per_granule = G;
   std::vector<Extent> dense;
-  for (int i = 0; i < 4; ++i) {
-    dense.push_back(r.used(16));  // 1 MiB each: a whole fraction (kFracLeast)
+  for (int i = 0; i < 8; ++i) {
+    dense.push_back(r.used(8));
     REQUIRE(r.put(dense.back()));
   }
   std::uint32_t got = 0;

@@ -133,15 +133,20 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   struct utsname u;
   REQUIRE(uname(&u) == 0);
   // A kernel from 6.7 has the scan; it must then be the one answering.
-  if (!pal::release_below(u.release, 6, 7)) CHECK(pal::resident_scan_works());
+  const bool scan = !pal::release_below(u.release, 6, 7);
+  if (scan) CHECK(pal::resident_scan_works());
   const std::size_t page = 4096, pages = 4096 + 100;  // 16 MiB and more: two mincore calls
   auto* p = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
   REQUIRE(p != MAP_FAILED);
   // No transparent huge page may fill in pages the test did not touch.
   madvise(p, pages * page, MADV_NOHUGEPAGE);
+  // Where the kernel has the scan, it answered each call (a silent
+  // fallback to mincore would pass the counts).
   auto both = [&](const void* q, std::size_t len, std::size_t want) {
+    const std::uint64_t answers = pal::resident_scan_answers();
     CHECK(pal::resident_bytes(q, len) == want);
+    CHECK(pal::resident_scan_answers() == answers + (scan ? 1 : 0));
     CHECK(pal::resident_bytes_mincore(q, len) == want);
   };
   both(p, pages * page, 0);
