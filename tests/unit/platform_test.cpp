@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -183,4 +184,23 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   both(p + 2000 * page, 1000 * page, 0);
   munmap(p, 2000 * page);
   munmap(p + 3000 * page, (pages - 3000) * page);
+}
+
+// While a fork is being prepared no scan opens its descriptor (the child
+// would keep it): resident_bytes answers by mincore, with the same count.
+TEST_CASE("resident_bytes: no scan while a fork is being prepared") {
+  struct utsname u;
+  REQUIRE(uname(&u) == 0);
+  const bool scan = !pal::release_below(u.release, 6, 7) && pal::resident_scan_works();
+  std::vector<char> touched(64 * 4096, 1);
+  const std::size_t want = pal::resident_bytes_mincore(touched.data(), touched.size());
+  REQUIRE(want >= 63 * 4096);
+  pal::fork_wait_scans();
+  std::uint64_t answers = pal::resident_scan_answers();
+  CHECK(pal::resident_bytes(touched.data(), touched.size()) == want);
+  CHECK(pal::resident_scan_answers() == answers);
+  pal::fork_scans_done(false);
+  answers = pal::resident_scan_answers();
+  CHECK(pal::resident_bytes(touched.data(), touched.size()) == want);
+  CHECK(pal::resident_scan_answers() == answers + (scan ? 1 : 0));
 }
