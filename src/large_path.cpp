@@ -456,7 +456,7 @@ bool LargePath::may_make_holes() const {
 // either fork sees the count or the window sees the flag.
 bool LargePath::open_hole() {
   large::space.holes.fetch_add(1, std::memory_order_seq_cst);
-  if (!large::space.forking.load(std::memory_order_seq_cst)) return true;
+  if (large::space.forking.load(std::memory_order_seq_cst) == 0) return true;
   close_hole();
   return false;
 }
@@ -769,14 +769,20 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
 constinit Space space;
 
 void fork_wait_holes() {
-  space.forking.store(true, std::memory_order_seq_cst);
+  space.forking.fetch_add(1, std::memory_order_seq_cst);
   if (space.holes.load(std::memory_order_seq_cst) == 0) return;
   const std::uint64_t until = pal::now_ns() + 10'000'000;
   while (space.holes.load(std::memory_order_seq_cst) != 0 && pal::now_ns() < until) pal::yield();
 }
 void fork_holes_done(bool child) {
-  if (child) space.holes.store(0, std::memory_order_relaxed);  // no window is open in the child
-  space.forking.store(false, std::memory_order_seq_cst);
+  if (child) {
+    space.holes.store(0, std::memory_order_relaxed);    // no window is open in the child
+    space.forking.store(0, std::memory_order_seq_cst);  // nor is a fork prepared there
+    return;
+  }
+  int n = space.forking.load(std::memory_order_seq_cst);
+  while (n > 0 && !space.forking.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
 }
 
 namespace {

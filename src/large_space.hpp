@@ -26,11 +26,13 @@ struct Space {
   // maps there again.
   std::atomic<std::size_t> lost{0};
   // Holes open (between pal::move_grow and fill_hole, inside
-  // pal::grow_mapping) and a fork being prepared: a child must not inherit
+  // pal::grow_mapping) and forks being prepared: a child must not inherit
   // a hole inside a used extent, which a free in the child would map over
   // whatever the child put there (LargePath::open_hole, before_fork).
+  // forking is a count: two threads may fork at once, and the first one's
+  // parent handler must not let holes open while the second still prepares.
   std::atomic<int> holes{0};
-  std::atomic<bool> forking{false};
+  std::atomic<int> forking{0};
 };
 // fork's prepare handler: no new hole from now on, and the open ones closed
 // (a window is a few system calls; waits at most 10 ms, in case fork was

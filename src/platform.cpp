@@ -6,11 +6,13 @@
 #include <ctime>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/magic.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -211,16 +213,25 @@ void decommit(void* p, std::size_t len) {
 }
 
 namespace {
+// open, read and close as raw system calls: glibc's wrappers are
+// cancellation points, and these run inside malloc (the memory limit's RSS
+// sample, the cache's resident measure, realloc's PROCMAP_QUERY), where a
+// deferred cancel acted on would unwind out of lowtide with its state half
+// changed (it is built without exceptions: nothing would put it back).
+int raw_open(const char* path, int flags) { return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, flags)); }
+ssize_t raw_read(int fd, void* buf, std::size_t n) { return ::syscall(SYS_read, fd, buf, n); }
+void raw_close(int fd) { ::syscall(SYS_close, fd); }
+
 // A file opened for reading as lowtide's readers need it (open_maps,
 // open_regular): never blocking (O_NONBLOCK), a regular file only (/proc and
 // cgroup files are; a FIFO or a terminal under a test's fake root is not),
 // with `extra` flags; *st its fstat. -1 (errno from the failing call) else.
 int open_regular_fd(const char* path, int extra, struct stat* st) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra);
+  const int fd = raw_open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra);
   if (fd < 0) return -1;
   if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
     const int e = errno;
-    ::close(fd);
+    raw_close(fd);
     errno = e;
     return -1;
   }
@@ -355,7 +366,7 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
       const std::size_t piece = mapping_left(fd, s + m.bytes, len - m.bytes);
       if (piece == 0 || !move(piece)) break;
     }
-    ::close(fd);
+    raw_close(fd);
   }
   // A kernel that answered PROCMAP_QUERY with ENOTTY is older than 6.11
   // (Debian 12's 6.1), so older than 6.17: it moves a range whole or not
@@ -398,7 +409,7 @@ bool one_mapping(const void* p, std::size_t len) {
   const int saved = errno;
   const int fd = open_for_query();
   const bool ok = fd >= 0 && mapping_left(fd, p, len) == len;
-  if (fd >= 0) ::close(fd);
+  if (fd >= 0) raw_close(fd);
   errno = saved;
   return ok;
 }
@@ -491,7 +502,10 @@ std::atomic<std::uint64_t> scan_answers{0};  // for tests (resident_scan_answers
 // pagemap. Sequentially consistent on both sides: either fork sees the
 // count or the window sees the flag.
 std::atomic<int> scans_open{0};
-std::atomic<bool> scan_forking{false};
+// Forks being prepared (a count: two threads may fork at once, and the
+// first one's parent handler must not let scans open while the second is
+// still preparing).
+std::atomic<int> scan_forking{0};
 void close_scan_window() {
   // Never below 0: in a child forked (from a signal handler) while this
   // thread had a window open, fork_scans_done reset the count to 0.
@@ -501,7 +515,7 @@ void close_scan_window() {
 }
 bool open_scan_window() {
   scans_open.fetch_add(1, std::memory_order_seq_cst);
-  if (!scan_forking.load(std::memory_order_seq_cst)) return true;
+  if (scan_forking.load(std::memory_order_seq_cst) == 0) return true;
   close_scan_window();
   return false;
 }
@@ -535,22 +549,34 @@ bool open_scan_window() {
 //   without exceptions: nothing would put it back).
 // - Inside a scan window (above).
 // false: not answered (the caller uses mincore for all of it).
-bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
+// Not inlined into resident_bytes, nor is resident_bytes_mincore: their
+// buffers (1.5 and 4 KiB) then never share one frame on a malloc's stack.
+[[gnu::noinline]] bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
   if (scan_missing.load(std::memory_order_relaxed) || !open_scan_window()) return false;
-  const int fd = static_cast<int>(
-      ::syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+  static constexpr const char* kPagemap = "/proc/thread-self/pagemap";
+  // O_NONBLOCK: a /proc that is not procfs (a chroot, a build sandbox) may
+  // have a FIFO there, which a plain open would wait on for good.
+  const int fd = raw_open(kPagemap, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
-    if (errno == ENOENT || errno == EACCES || errno == EPERM || errno == ENOSYS)
+    if (errno == ENOENT || errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOTDIR ||
+        errno == ELOOP)
       scan_missing.store(true, std::memory_order_relaxed);
     close_scan_window();
     return false;
   }
+  // The pagemap is a regular file on procfs: anything else is another
+  // /proc (not asked again), or a program thread's file at the number it
+  // took over since the open (no ioctl is sent to it). Closed only where
+  // the path still names what the descriptor holds (a stat, which cannot
+  // block).
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    // pagemap is a regular file: this is not it (a program thread closed
-    // the number and took it over for a file of its own, not ours to
-    // close; or a /proc that is not procfs). Not asked again: at worst
-    // one descriptor left open, once.
+  struct statfs sf;
+  const bool fst = ::fstat(fd, &st) == 0;
+  if (!fst || !S_ISREG(st.st_mode) || ::fstatfs(fd, &sf) != 0 || sf.f_type != PROC_SUPER_MAGIC) {
+    struct stat ps;
+    if (fst && ::fstatat(AT_FDCWD, kPagemap, &ps, AT_SYMLINK_NOFOLLOW) == 0 && ps.st_dev == st.st_dev &&
+        ps.st_ino == st.st_ino)
+      raw_close(fd);
     scan_missing.store(true, std::memory_order_relaxed);
     close_scan_window();
     return false;
@@ -559,8 +585,8 @@ bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std
   o.fd = fd;
   o.dev = st.st_dev;
   o.ino = st.st_ino;
-  // 128 runs (3 KiB of stack) a call.
-  PageRegion runs[128];
+  // 64 runs (1.5 KiB of stack) a call.
+  PageRegion runs[64];
   const std::uint64_t limit = (end - a) / kPageSize / 16 + 1;
   std::uint64_t found = 0;
   bool ok = true;
@@ -579,9 +605,13 @@ bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std
     q.category_mask = kPageIsPresent;  // only present pages are reported
     q.return_mask = kPageIsPresent;
     const long n = ::ioctl(fd, kPagemapScan, &q);
-    // No progress would loop for ever: never seen, not relied on.
+    // No progress would loop for ever: never seen, not relied on (and not
+    // asked again). Any error but a transient one turns the scan off for
+    // good (EBADF or ENOTTY where a program thread closed the number and
+    // opened another file there in the instant between the check and the
+    // ioctl, too: mincore then answers, as on an older kernel).
     if (n < 0 || q.walk_end <= a || q.walk_end > end) {
-      if (n < 0 && errno != EINTR && errno != ENOMEM && errno != EFAULT)
+      if (n >= 0 || (errno != EINTR && errno != ENOMEM && errno != EFAULT))
         scan_missing.store(true, std::memory_order_relaxed);
       ok = false;
       break;
@@ -589,7 +619,7 @@ bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std
     for (long i = 0; i < n; ++i) found += (runs[i].end - runs[i].start) / kPageSize;
     a = q.walk_end;
   }
-  if (still_own(o)) ::syscall(SYS_close, fd);
+  if (still_own(o)) raw_close(fd);
   close_scan_window();
   *bytes = found * kPageSize;
   *stopped = a;
@@ -599,15 +629,23 @@ bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std
 }  // namespace
 
 void fork_wait_scans() {
-  scan_forking.store(true, std::memory_order_seq_cst);
+  scan_forking.fetch_add(1, std::memory_order_seq_cst);
   if (scans_open.load(std::memory_order_seq_cst) == 0) return;
   const std::uint64_t until = now_ns() + 10'000'000;
   while (scans_open.load(std::memory_order_seq_cst) != 0 && now_ns() < until) yield();
 }
 void fork_scans_done(bool child) {
-  if (child) scans_open.store(0, std::memory_order_relaxed);  // no scan is open in the child
-  scan_forking.store(false, std::memory_order_seq_cst);
+  if (child) {
+    scans_open.store(0, std::memory_order_relaxed);  // no scan is open in the child
+    scan_forking.store(0, std::memory_order_seq_cst);  // nor is a fork prepared there
+    return;
+  }
+  int n = scan_forking.load(std::memory_order_seq_cst);
+  while (n > 0 && !scan_forking.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
 }
+
+int scans_open_now() { return scans_open.load(std::memory_order_seq_cst); }
 
 std::uint64_t resident_scan_answers() { return scan_answers.load(std::memory_order_relaxed); }
 
@@ -622,7 +660,7 @@ bool resident_scan_works() {
   return ok;
 }
 
-std::size_t resident_bytes_mincore(const void* p, std::size_t len) {
+[[gnu::noinline]] std::size_t resident_bytes_mincore(const void* p, std::size_t len) {
   // One byte of vector per page; 4 KiB of it covers 16 MiB per call.
   unsigned char vec[4096];
   std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) & ~(kPageSize - 1);
@@ -781,7 +819,7 @@ bool still_own(const OwnFd& o) {
 }
 
 void close_own(const OwnFd& o) {
-  if (still_own(o)) ::close(o.fd);
+  if (still_own(o)) raw_close(o.fd);
 }
 
 namespace {
@@ -810,7 +848,7 @@ bool open_regular(const char* path, OwnFd* o) {
 ssize_t read_own(const OwnFd& o, char* buf, std::size_t n) {
   for (;;) {
     if (!still_own(o)) return -1;
-    const ssize_t r = ::read(o.fd, buf, n);
+    const ssize_t r = raw_read(o.fd, buf, n);
     if (r >= 0 || errno != EINTR) return r;
   }
 }
@@ -830,7 +868,7 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   while (got + 1 < cap && (r = read_own(o, buf + got, cap - 1 - got)) > 0) got += static_cast<std::size_t>(r);
   // (close_own's check, made once.)
   const bool ours = still_own(o);
-  if (ours) ::close(o.fd);
+  if (ours) raw_close(o.fd);
   errno = saved;
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;
@@ -985,7 +1023,7 @@ ThreadState thread_state(int pid, int tid) {
 }
 
 std::uint64_t now_ns() {
-  timespec ts;
+  timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
 }

@@ -169,16 +169,26 @@ std::size_t resident_bytes(const void* p, std::size_t len);
 // The same by mincore alone (the fallback; tests compare the two). A call
 // the kernel refuses for another reason than an unmapped part (EAGAIN
 // under memory pressure, a filter) counts its pages as resident: the
-// cache needs an upper bound.
+// cache needs an upper bound (the live query then reports them too). An
+// unmapped hole's end is found by galloping: a mapped island inside the
+// span galloped over goes uncounted.
 std::size_t resident_bytes_mincore(const void* p, std::size_t len);
 // Whether resident_bytes answers by PAGEMAP_SCAN here (for tests; asks the
 // kernel once, and a refusal makes mincore the answer from then on).
 bool resident_scan_works();
-// How many resident_bytes calls the scan has answered (for tests).
+// How many resident_bytes calls the scan has answered, and how many scans
+// hold a descriptor now (for tests).
 std::uint64_t resident_scan_answers();
+int scans_open_now();
 // fork's prepare and after handlers (init.cpp): a fork waits (at most
-// 10 ms) for the scans under way to close their descriptors, and none opens
-// until it is done.
+// 10 ms, on top of the large path's hole windows' 10) for the scans under
+// way to close their descriptors, and none opens until every fork being
+// prepared is done. A fork from a signal handler that interrupted a scan
+// of its own thread waits the whole 10 ms (the scan cannot end meanwhile),
+// and that scan, resumed in the child, reads the parent's pagemap once (a
+// wrong measure of one block, then closed). A child made without fork's
+// handlers (clone, _Fork) while a scan was open keeps a count that makes
+// its own forks wait 10 ms each.
 void fork_wait_scans();
 void fork_scans_done(bool child);
 // Fresh read-write zero memory for lowtide's own tables, committed as it is

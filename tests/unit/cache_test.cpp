@@ -914,11 +914,11 @@ TEST_CASE("cache: a short sparse entry teaches the resident fraction as if it we
   REQUIRE(r.put(a));
   REQUIRE(r.put(b));
   REQUIRE(r.put(rest));
-  // The rest, a third resident, teaches 43 KiB of a MiB (4 %): a 23 MiB
-  // fault costs 0.9 MiB, and the 363 KiB cached stay. (Taught its own
-  // third, the fault would cost 7.7 MiB, past the slack with what is
-  // cached: some would go.)
-  r.c.evict_for(std::size_t{23} << 20);
+  // The rest, a third resident, teaches 43 KiB of a MiB (4 %): a 25 MiB
+  // fault costs 1 MiB, and the entries (363 KiB resident) stay. (Taught
+  // its own third, the fault would cost 8.3 MiB, past the slack alone:
+  // everything would go.)
+  r.c.evict_for(std::size_t{25} << 20);
   CHECK(returned == 0);
   CHECK(r.c.cached_bytes() == 322 * G);
   CHECK(r.c.check() == nullptr);
