@@ -452,21 +452,9 @@ bool LargePath::may_make_holes() const {
 }
 
 // A hole window opens only while no fork is being prepared; fork waits for
-// the open ones (fork_wait_holes). Sequentially consistent on both sides:
-// either fork sees the count or the window sees the flag.
-bool LargePath::open_hole() {
-  large::space.holes.fetch_add(1, std::memory_order_seq_cst);
-  if (large::space.forking.load(std::memory_order_seq_cst) == 0) return true;
-  close_hole();
-  return false;
-}
-void LargePath::close_hole() {
-  // Never below 0: in a child forked (from a signal handler) while this
-  // thread had a window open, fork_holes_done reset the count to 0.
-  int n = large::space.holes.load(std::memory_order_seq_cst);
-  while (n > 0 && !large::space.holes.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
-  }
-}
+// the open ones (fork_wait_holes; pal::ForkGate).
+bool LargePath::open_hole() { return large::space.holes.open(); }
+void LargePath::close_hole() { large::space.holes.close(); }
 
 // The extent of a hole someone else's mapping took: a used extent for good,
 // held out of contains() (it was from before the hole opened).
@@ -768,22 +756,8 @@ void LargePath::finish_move(Change& c, Extent to, bool warm, bool moved, void** 
 
 constinit Space space;
 
-void fork_wait_holes() {
-  space.forking.fetch_add(1, std::memory_order_seq_cst);
-  if (space.holes.load(std::memory_order_seq_cst) == 0) return;
-  const std::uint64_t until = pal::now_ns() + 10'000'000;
-  while (space.holes.load(std::memory_order_seq_cst) != 0 && pal::now_ns() < until) pal::yield();
-}
-void fork_holes_done(bool child) {
-  if (child) {
-    space.holes.store(0, std::memory_order_relaxed);    // no window is open in the child
-    space.forking.store(0, std::memory_order_seq_cst);  // nor is a fork prepared there
-    return;
-  }
-  int n = space.forking.load(std::memory_order_seq_cst);
-  while (n > 0 && !space.forking.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
-  }
-}
+void fork_wait_holes() { space.holes.fork_wait(); }
+void fork_holes_done(bool child) { space.holes.fork_done(child); }
 
 namespace {
 constinit LargePath the_path{large::space.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "arena.hpp"
+#include "platform.hpp"
 
 namespace lowtide::large {
 
@@ -29,10 +30,7 @@ struct Space {
   // pal::grow_mapping) and forks being prepared: a child must not inherit
   // a hole inside a used extent, which a free in the child would map over
   // whatever the child put there (LargePath::open_hole, before_fork).
-  // forking is a count: two threads may fork at once, and the first one's
-  // parent handler must not let holes open while the second still prepares.
-  std::atomic<int> holes{0};
-  std::atomic<int> forking{0};
+  pal::ForkGate holes;
 };
 // fork's prepare handler: no new hole from now on, and the open ones closed
 // (a window is a few system calls; waits at most 10 ms, in case fork was

@@ -496,29 +496,10 @@ constexpr std::uint64_t kPageIsPresent = 1u << 3;
 std::atomic<bool> scan_missing{false};
 std::atomic<std::uint64_t> scan_answers{0};  // for tests (resident_scan_answers)
 
-// A scan's descriptor is open only inside a window fork waits for (as the
-// large path's hole windows): a fork in another thread while it was open
-// would leave the child a descriptor it never closes, to the parent's
-// pagemap. Sequentially consistent on both sides: either fork sees the
-// count or the window sees the flag.
-std::atomic<int> scans_open{0};
-// Forks being prepared (a count: two threads may fork at once, and the
-// first one's parent handler must not let scans open while the second is
-// still preparing).
-std::atomic<int> scan_forking{0};
-void close_scan_window() {
-  // Never below 0: in a child forked (from a signal handler) while this
-  // thread had a window open, fork_scans_done reset the count to 0.
-  int n = scans_open.load(std::memory_order_seq_cst);
-  while (n > 0 && !scans_open.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
-  }
-}
-bool open_scan_window() {
-  scans_open.fetch_add(1, std::memory_order_seq_cst);
-  if (scan_forking.load(std::memory_order_seq_cst) == 0) return true;
-  close_scan_window();
-  return false;
-}
+// A scan's descriptor is open only inside a window of this gate: a fork
+// in another thread while it was open would leave the child a descriptor
+// it never closes, to the parent's pagemap.
+constinit ForkGate scan_gate;
 
 // Resident bytes of [a, end) (page-aligned) by PAGEMAP_SCAN, while they
 // are sparse: the kernel returns the runs of present pages, so a sparse
@@ -552,7 +533,7 @@ bool open_scan_window() {
 // Not inlined into resident_bytes, nor is resident_bytes_mincore: their
 // buffers (1.5 and 4 KiB) then never share one frame on a malloc's stack.
 [[gnu::noinline]] bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
-  if (scan_missing.load(std::memory_order_relaxed) || !open_scan_window()) return false;
+  if (scan_missing.load(std::memory_order_relaxed) || !scan_gate.open()) return false;
   static constexpr const char* kPagemap = "/proc/thread-self/pagemap";
   // O_NONBLOCK: a /proc that is not procfs (a chroot, a build sandbox) may
   // have a FIFO there, which a plain open would wait on for good.
@@ -561,7 +542,7 @@ bool open_scan_window() {
     if (errno == ENOENT || errno == EACCES || errno == EPERM || errno == ENOSYS || errno == ENOTDIR ||
         errno == ELOOP)
       scan_missing.store(true, std::memory_order_relaxed);
-    close_scan_window();
+    scan_gate.close();
     return false;
   }
   // The pagemap is a regular file on procfs: anything else is another
@@ -578,7 +559,7 @@ bool open_scan_window() {
         ps.st_ino == st.st_ino)
       raw_close(fd);
     scan_missing.store(true, std::memory_order_relaxed);
-    close_scan_window();
+    scan_gate.close();
     return false;
   }
   OwnFd o;
@@ -622,7 +603,7 @@ bool open_scan_window() {
     a = q.walk_end;
   }
   if (still_own(o)) raw_close(fd);
-  close_scan_window();
+  scan_gate.close();
   *bytes = found * kPageSize;
   *stopped = a;
   if (ok) scan_answers.fetch_add(1, std::memory_order_relaxed);
@@ -630,24 +611,38 @@ bool open_scan_window() {
 }
 }  // namespace
 
-void fork_wait_scans() {
-  scan_forking.fetch_add(1, std::memory_order_seq_cst);
-  if (scans_open.load(std::memory_order_seq_cst) == 0) return;
-  const std::uint64_t until = now_ns() + 10'000'000;
-  while (scans_open.load(std::memory_order_seq_cst) != 0 && now_ns() < until) yield();
+bool ForkGate::open() {
+  windows.fetch_add(1, std::memory_order_seq_cst);
+  if (forking.load(std::memory_order_seq_cst) == 0) return true;
+  close();
+  return false;
 }
-void fork_scans_done(bool child) {
+void ForkGate::close() {
+  int n = windows.load(std::memory_order_seq_cst);
+  while (n > 0 && !windows.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
+}
+void ForkGate::fork_wait() {
+  forking.fetch_add(1, std::memory_order_seq_cst);
+  if (windows.load(std::memory_order_seq_cst) == 0) return;
+  const std::uint64_t until = now_ns() + 10'000'000;
+  while (windows.load(std::memory_order_seq_cst) != 0 && now_ns() < until) yield();
+}
+void ForkGate::fork_done(bool child) {
   if (child) {
-    scans_open.store(0, std::memory_order_relaxed);  // no scan is open in the child
-    scan_forking.store(0, std::memory_order_seq_cst);  // nor is a fork prepared there
+    windows.store(0, std::memory_order_relaxed);
+    forking.store(0, std::memory_order_seq_cst);
     return;
   }
-  int n = scan_forking.load(std::memory_order_seq_cst);
-  while (n > 0 && !scan_forking.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  int n = forking.load(std::memory_order_seq_cst);
+  while (n > 0 && !forking.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
   }
 }
 
-int scans_open_now() { return scans_open.load(std::memory_order_seq_cst); }
+void fork_wait_scans() { scan_gate.fork_wait(); }
+void fork_scans_done(bool child) { scan_gate.fork_done(child); }
+
+int scans_open_now() { return scan_gate.windows.load(std::memory_order_seq_cst); }
 
 std::uint64_t resident_scan_answers() { return scan_answers.load(std::memory_order_relaxed); }
 

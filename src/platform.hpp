@@ -1,6 +1,7 @@
 // The only place lowtide talks to the kernel: mappings, advice, raw file
 // reads. Nothing here allocates, so every function is safe inside malloc.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -176,6 +177,26 @@ std::size_t resident_bytes_mincore(const void* p, std::size_t len);
 // Whether resident_bytes answers by PAGEMAP_SCAN here (for tests; asks the
 // kernel once, and a refusal makes mincore the answer from then on).
 bool resident_scan_works();
+// Windows a fork must not fall into (a hole in the large range, a scan's
+// descriptor: the child would inherit it), and the forks being prepared.
+// A window opens only while no fork is being prepared; fork's prepare
+// handler waits for the open ones (at most 10 ms: fork may be called from
+// a signal handler on a thread that has one open). Takes no lock, never
+// allocates. Sequentially consistent on both sides: either the fork sees
+// the window or the window sees the fork. Both are counts: two threads
+// may fork at once, and the first one's parent handler must not reopen
+// the gate while the second still prepares.
+struct ForkGate {
+  std::atomic<int> windows{0};
+  std::atomic<int> forking{0};
+  bool open();   // false (nothing open) while a fork is being prepared
+  void close();  // never below 0: a child's reset may have come between
+  void fork_wait();
+  // After the fork: the parent lets its fork go; the child has neither
+  // window nor fork under way.
+  void fork_done(bool child);
+};
+
 // How many resident_bytes calls the scan has answered, and how many scans
 // hold a descriptor now (for tests).
 std::uint64_t resident_scan_answers();

@@ -9,8 +9,8 @@
 // (bench/many_large's shape: every free is measured at the next miss,
 // ~5-10 us with the descriptor open, thousands a second) while the main
 // thread forks 400 times; each child lists /proc/self/fd and fails if a
-// descriptor there is a pagemap. Without the gate, 15 and 16 children of
-// 400 had one here (two runs); with it, none. Every wait is bounded.
+// descriptor there is a pagemap. Without the gate, 6-16 children of 400
+// had one here (five runs); with it, none. Every wait is bounded.
 #include "stress_common.hpp"
 
 #include <dirent.h>
@@ -27,18 +27,12 @@ std::atomic<long> g_frees{0};
 void churn() {
   constexpr int kLive = 12;
   unsigned char* live[kLive] = {};
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
+  lt::Rng r{0x9e3779b97f4a7c15ull};
   while (!g_stop.load(std::memory_order_relaxed)) {
-    const int i = static_cast<int>(next() % kLive);
+    const int i = static_cast<int>(r.below(kLive));
     std::free(live[i]);
     if (live[i] != nullptr) g_frees.fetch_add(1, std::memory_order_relaxed);
-    const std::size_t n = 5 * MiB + next() % (20 * MiB);
+    const std::size_t n = 5 * MiB + r.below(20 * MiB);
     auto* p = static_cast<unsigned char*>(std::malloc(n));
     CHECK(p != nullptr);
     for (std::size_t off = 0; off < n; off += 64 * 4096) p[off] = 1;

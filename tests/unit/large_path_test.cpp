@@ -116,10 +116,10 @@ struct Rig {
   ~Rig() {
     // No hole window left open, no fork gate left shut (a failed case would
     // otherwise turn holes off for every later one).
-    CHECK(lowtide::large::space.holes.load() == 0);
-    CHECK_FALSE(lowtide::large::space.forking.load());
-    lowtide::large::space.holes.store(0);
-    lowtide::large::space.forking.store(0);
+    CHECK(lowtide::large::space.holes.windows.load() == 0);
+    CHECK_FALSE(lowtide::large::space.holes.forking.load());
+    lowtide::large::space.holes.windows.store(0);
+    lowtide::large::space.holes.forking.store(0);
     cache.purge(true);
     CHECK(cache.in_flight() == 0);  // every trial ended (commit_warm)
     CHECK(a.check() == nullptr);
@@ -807,23 +807,23 @@ TEST_CASE("large path: no hole is opened while a fork is being prepared") {
   lowtide::large::fork_wait_holes();
   lowtide::large::fork_wait_holes();
   lowtide::large::fork_holes_done(false);
-  CHECK(lowtide::large::space.forking.load() != 0);
+  CHECK(lowtide::large::space.holes.forking.load() != 0);
   void* q = nullptr;
   REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
   lowtide::large::fork_holes_done(false);
-  CHECK(lowtide::large::space.forking.load() == 0);
+  CHECK(lowtide::large::space.holes.forking.load() == 0);
   // Neither move: a refused mremap may leave a hole in its destination
   // too (move_into), so the block is copied.
   CHECK(grow_faults.grows == 0);
   CHECK(faults.moves == 0);
-  CHECK(lowtide::large::space.holes.load() == 0);
+  CHECK(lowtide::large::space.holes.windows.load() == 0);
   CHECK(same(q, 256 << 10, 19));
   // A window left open (fork from a signal handler on its thread) does not
   // hang the prepare handler: it gives up waiting.
-  lowtide::large::space.holes.fetch_add(1);
+  lowtide::large::space.holes.windows.fetch_add(1);
   lowtide::large::fork_wait_holes();
   lowtide::large::fork_holes_done(true);  // the child: no window open in it
-  CHECK(lowtide::large::space.holes.load() == 0);
+  CHECK(lowtide::large::space.holes.windows.load() == 0);
   r.path.release(q, "test");
   r.path.release(blocker, "test");
 }
