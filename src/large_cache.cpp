@@ -10,6 +10,7 @@
 #include "arena.hpp"
 #include "large_space.hpp"
 #include "log.hpp"
+#include "orphan.hpp"
 #include "mem_limit.hpp"
 #include "platform.hpp"
 #include "state.hpp"
@@ -833,6 +834,7 @@ void trim_for_demand() {
 
 void* decay_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-decay");
+  orphan::own_thread_started();
   constexpr std::uint64_t kSecond = 1'000'000'000;
   // When the cache was last seen holding something. The thread goes on
   // ticking for a decay period after it empties before it sleeps on the
@@ -877,6 +879,7 @@ void* decay_main(void*) {
       // their pace; less when the collect after threads' exits is due
       // sooner (at least 1 ms).
       std::uint64_t wait = exits_collect_in(now);
+      if (const std::uint64_t look = orphan::check(now); look < wait) wait = look;
       if (wait > kSecond) wait = kSecond;
       if (wait < 1'000'000) wait = 1'000'000;
       decay_sleeping.store(1);
@@ -887,6 +890,7 @@ void* decay_main(void*) {
     }
     limit::tick();  // the RSS sample purge's limit check reads
     collect_after_exits(pal::now_ns());
+    orphan::check(pal::now_ns());  // only lowtide's threads left: the process ends (orphan.hpp)
     if (production_cache.cached_bytes() != 0) {
       trim_for_demand();
       production_cache.purge(false);
@@ -1050,6 +1054,10 @@ void note_thread_exit() {
   std::uint64_t old = last_exit_ns.load(std::memory_order_relaxed);
   while (old < now && !last_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
   }
+  // The main thread gone, this may be the last thread but lowtide's: the
+  // decay thread looks soon rather than at the end of a sleep of up to a
+  // second (a wake per exit only in such a process).
+  if (orphan::note_exit()) wake_decay();
 }
 
 // The start lock first: a start in progress may take the cache's lock
@@ -1067,6 +1075,7 @@ void fork_child() {
   pthread_mutex_init(&start_mu, nullptr);
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
+  orphan::fork_child();
 }
 
 }  // namespace lowtide::cache

@@ -17,6 +17,7 @@
 
 #include "large_cache.hpp"
 #include "large_space.hpp"
+#include "orphan.hpp"
 #include "platform.hpp"
 #include "report.hpp"
 #include "report_out.hpp"
@@ -550,6 +551,7 @@ Took take_one(int fd, int pid, uid_t overflow) {
 
 void* server_main(void* arg) {
   pthread_setname_np(pthread_self(), "lowtide-live");
+  orphan::own_thread_started();
   const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
   const int pid = g.pid;
   const uid_t overflow = overflow_uid();

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "log.hpp"
+#include "orphan.hpp"
 #include "options.hpp"
 #include "parse.hpp"
 #include "platform.hpp"
@@ -26,6 +27,7 @@ std::atomic<bool> warned{false};
 // an interval skips the points it missed rather than writing twice.
 void* report_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-report");
+  orphan::own_thread_started();
   timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
   const auto add = [&](timespec* t) {
@@ -44,6 +46,9 @@ void* report_main(void*) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
     }
     report::write_periodic();
+    // Where there is no decay thread (LOWTIDE_DECAY_THREAD=off), this one
+    // looks, at its own pace (orphan.hpp).
+    orphan::check(pal::now_ns());
   }
   return nullptr;
 }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
@@ -869,6 +870,34 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   errno = saved;
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;
+}
+
+bool leader_gone(long* threads) {
+  // In a scan window: a fork meanwhile would give the child this
+  // descriptor (it is closed at once, but the child never closes it).
+  if (!scan_gate.open()) return false;
+  char buf[1024];
+  const long n = read_file("/proc/self/stat", buf, sizeof buf);
+  scan_gate.close();
+  if (n <= 0) return false;
+  // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
+  // fields are counted from the last ')'. The state is field 3, the
+  // number of threads field 20.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  ++p;
+  char state = 0;
+  long value = 0;
+  for (int field = 3; field <= 20; ++field) {
+    while (*p == ' ') ++p;
+    if (*p == '\0') return false;
+    if (field == 3) state = *p;
+    if (field == 20) value = std::strtol(p, nullptr, 10);
+    while (*p != ' ' && *p != '\0') ++p;
+  }
+  *threads = value;
+  // Z: the leader has exited and waits for its group; X: being reaped.
+  return state == 'Z' || state == 'X';
 }
 
 namespace {

@@ -248,6 +248,13 @@ void write_stderr(const char* s, std::size_t n);
 // and before its close.
 long read_file(const char* path, char* buf, std::size_t cap);
 
+// Has the thread group's leader (the main thread) exited (pthread_exit:
+// a zombie until the whole group ends)? *threads: the threads the kernel
+// still counts, the zombie leader included. From /proc/self/stat, inside
+// the scans' fork gate; false where it cannot be read (and while a fork is
+// being prepared).
+bool leader_gone(long* threads);
+
 // An fd lowtide opened for itself, from a thread of its own (the decay and
 // live threads) while the program runs: a program that closes every fd it
 // did not open (close_range, a loop up to the limit: daemons, the children

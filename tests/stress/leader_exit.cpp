@@ -1,0 +1,122 @@
+// leader_exit: a program whose main thread ends with pthread_exit ends when
+// its last thread does, as under glibc alone (src/orphan.hpp). glibc calls
+// exit(0) from the last thread, counting lowtide's own threads, which never
+// end: before the fix such a program lived on for good once lowtide's
+// decay thread had started (at its first large allocation), and, as
+// lowtide's threads block every signal, even SIGTERM left it standing.
+//
+// The parent runs each case as a child (this program again, with the case
+// in argv[1]) and gives it 30 s to end with status 0, its worker's line
+// and then its atexit handler's line on stdout, in that order (not
+// before: lowtide must not end a process whose threads still run).
+// Cases:
+//   alone   main allocates a large block and calls pthread_exit, no other thread
+//   worker  main allocates, starts a worker that writes after 300 ms
+//           without allocating (its exit runs no lowtide destructor), then
+//           calls pthread_exit
+//   report  as worker, with no decay thread: only lowtide-report (a
+//           periodic text report every 100 ms) is left to look
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <pthread.h>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+void say(const char* s) {
+  const std::size_t n = std::strlen(s);
+  if (write(1, s, n) != static_cast<ssize_t>(n)) _exit(9);
+}
+
+void at_end() { say("atexit\n"); }
+
+void* worker(void*) {
+  const timespec ts{0, 300'000'000};
+  nanosleep(&ts, nullptr);
+  say("worker\n");
+  return nullptr;
+}
+
+[[noreturn]] void child(const char* which) {
+  std::atexit(&at_end);
+  void* volatile p = std::malloc(std::size_t{4} << 20);  // large: the decay thread starts
+  std::memset(p, 1, 4096);
+  std::free(p);
+  if (std::strcmp(which, "alone") == 0) {
+    say("worker\n");  // no worker: the line the parent expects first
+  } else {
+    pthread_t t;
+    if (pthread_create(&t, nullptr, &worker, nullptr) != 0) _exit(8);
+  }
+  pthread_exit(nullptr);
+}
+
+double now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+bool run_case(const char* self, const char* which, const char* const* env_add) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    for (const char* const* e = env_add; *e != nullptr; e += 2) setenv(e[0], e[1], 1);
+    execl(self, self, which, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  const double deadline = now_s() + 30.0;
+  int status = 0;
+  pid_t r = 0;
+  while ((r = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline) {
+    const timespec ts{0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  if (r == 0) {
+    std::fprintf(stderr, "FAIL %s: still running 30 s after main's pthread_exit (killed)\n", which);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    return false;
+  }
+  std::string out;
+  char buf[256];
+  ssize_t n = 0;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "FAIL %s: status %#x, want exit 0\n", which, status);
+    return false;
+  }
+  if (out != "worker\natexit\n") {
+    std::fprintf(stderr, "FAIL %s: output \"%s\", want the worker's line, then atexit's\n", which, out.c_str());
+    return false;
+  }
+  std::printf("ok %s\n", which);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) child(argv[1]);
+  const char* const none[] = {nullptr};
+  const char* const report[] = {"LOWTIDE_DECAY_THREAD", "off", "LOWTIDE_STATS", "text",
+                                "LOWTIDE_STATS_INTERVAL", "100ms", "LOWTIDE_STATS_FILE", "/dev/null", nullptr};
+  bool ok = run_case(argv[0], "alone", none);
+  ok = run_case(argv[0], "worker", none) && ok;
+  ok = run_case(argv[0], "report", report) && ok;
+  return ok ? 0 : 1;
+}
