@@ -569,6 +569,10 @@ void* server_main(void* arg) {
   const bool ours = still_ours(fd);
   int expected = fd;
   if (listen_fd.compare_exchange_strong(expected, -1) && ours) ::close(fd);
+  // Uncounted before it ends (still counted by the kernel for a moment: the
+  // safe side), or a process with one thread of its own left would be
+  // taken for one with none.
+  orphan::own_thread_ending();
   return nullptr;
 }
 

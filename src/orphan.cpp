@@ -48,6 +48,7 @@ void end_process() {
 }  // namespace
 
 void own_thread_started() { own.fetch_add(1, std::memory_order_seq_cst); }
+void own_thread_ending() { own.fetch_sub(1, std::memory_order_seq_cst); }
 
 bool note_exit() {
   if (current_tid() == static_cast<std::uint32_t>(g.pid)) leader_left.store(true, std::memory_order_seq_cst);

@@ -13,8 +13,10 @@
 
 namespace lowtide::orphan {
 
-// At the start of each of lowtide's own threads.
+// At the start of each of lowtide's own threads, and at the end of one
+// that ends (the live server, when the program closed its socket).
 void own_thread_started();
+void own_thread_ending();
 
 // From the exit destructor of every thread that allocated
 // (cache::note_thread_exit): true when lowtide's threads should look soon

@@ -16,7 +16,14 @@
 //           calls pthread_exit
 //   report  as worker, with no decay thread: only lowtide-report (a
 //           periodic text report every 100 ms) is left to look
+//   liveend as worker, after the program closed every descriptor it did
+//           not open and connected to its own live socket: the lowtide-live
+//           thread ends (its socket is not its own any more), and the
+//           process must not then be taken for one with no thread of its
+//           own left while the worker runs (lowtide's count of its threads
+//           goes down with it)
 #include <cerrno>
+#include <cstddef>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +31,8 @@
 #include <ctime>
 #include <pthread.h>
 #include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,11 +52,54 @@ void* worker(void*) {
   return nullptr;
 }
 
+// The live thread's socket, found in /proc/net/unix by its name's end
+// ("@lowtide/<pid namespace>/<pid>"); every descriptor from 3 up closed (a
+// daemon's clean-up: the socket's number too), then the name connected to,
+// so that a thread blocked in accept wakes: it finds its listening
+// descriptor gone and ends (one not yet at accept ends at once; the
+// connect is then refused). Waits until it is gone from /proc/self/task
+// (at most 10 s).
+void end_live_thread() {
+  char tail[32];
+  std::snprintf(tail, sizeof tail, "/%d", static_cast<int>(getpid()));
+  const std::size_t tail_len = std::strlen(tail);
+  char name[108] = {};
+  if (FILE* f = std::fopen("/proc/net/unix", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      std::size_t n = std::strlen(line);
+      while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
+      const char* at = std::strstr(line, " @lowtide/");
+      if (at != nullptr && n > tail_len && std::strcmp(line + n - tail_len, tail) == 0)
+        std::snprintf(name, sizeof name, "%s", at + 2);
+    }
+    std::fclose(f);
+  }
+  if (name[0] == '\0') _exit(7);  // no live socket: the case would test nothing
+  for (int fd = 3; fd < 4096; ++fd) close(fd);
+  const int c = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::size_t name_len = std::strlen(name);
+  std::memcpy(a.sun_path + 1, name, name_len);
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_len);
+  if (c >= 0) (void)connect(c, reinterpret_cast<sockaddr*>(&a), len);
+  char cmd[96];
+  std::snprintf(cmd, sizeof cmd, "grep -qs lowtide-live /proc/%d/task/*/comm", static_cast<int>(getpid()));
+  for (int i = 0; i < 1000 && std::system(cmd) == 0; ++i) {
+    const timespec ts{0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  if (std::system(cmd) == 0) _exit(5);  // the live thread did not end: the case would test nothing
+  if (c >= 0) close(c);
+}
+
 [[noreturn]] void child(const char* which) {
   std::atexit(&at_end);
   void* volatile p = std::malloc(std::size_t{4} << 20);  // large: the decay thread starts
   std::memset(p, 1, 4096);
   std::free(p);
+  if (std::strcmp(which, "liveend") == 0) end_live_thread();
   if (std::strcmp(which, "alone") == 0) {
     say("worker\n");  // no worker: the line the parent expects first
   } else {
@@ -118,5 +170,6 @@ int main(int argc, char** argv) {
   bool ok = run_case(argv[0], "alone", none);
   ok = run_case(argv[0], "worker", none) && ok;
   ok = run_case(argv[0], "report", report) && ok;
+  ok = run_case(argv[0], "liveend", none) && ok;
   return ok ? 0 : 1;
 }
