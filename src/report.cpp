@@ -474,8 +474,10 @@ int write_impl(const char* path, int format, const Context& ctx) {
     } else {
       new (d) Data{};
       gather(d, scratch, ctx);
-      // libdw's names for this report's frames (it mallocs: not from _exit).
-      symbolize::Session names(ctx.demangle);
+      // libdw's names for this report's frames (it mallocs: not from _exit);
+      // from _exit or a signal handler (at_exit without demangling) not
+      // even dladdr's (the loader's lock may be held by a dlopen for good).
+      symbolize::Session names(ctx.demangle, !ctx.at_exit || ctx.demangle);
       std::size_t room = 0;
       char* buf = scratch.rest(&room);
       std::size_t len = 0;

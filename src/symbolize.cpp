@@ -57,7 +57,15 @@ cxxrt::DemangleFn demangler = nullptr;
 constexpr std::uint32_t kCached = 1024;  // modules with a cached answer (sites' table holds as many)
 enum : std::uint8_t { kUntried = 0, kReady = 1, kFailed = 2 };
 std::atomic<bool> busy{false};
+thread_local bool t_owner = false;  // this thread holds the Session (busy)
+// The report running on this thread (the innermost: a signal handler's
+// exit report may interrupt a report of the same thread) may use libdw.
+// Not the same as t_owner: the interrupted report's Dwfl is half-way
+// through a call, and the handler's report must not allocate.
 thread_local bool t_session = false;
+// The report running on this thread is on the signal/_exit path: no
+// dladdr (see frame()).
+thread_local bool t_no_loader = false;
 Dwfl* dwfl = nullptr;
 bool dwfl_failed = false;
 Dwfl_Module* mods[kCached];
@@ -260,9 +268,14 @@ bool load() {
   return true;
 }
 
-Session::Session(bool allowed) {
+Session::Session(bool allowed, bool loader) : outer_session_(t_session), outer_no_loader_(t_no_loader) {
+  // Whatever report this one interrupted, it decides for itself: restored
+  // by the destructor.
+  t_session = false;
+  t_no_loader = !loader;
   if (!allowed || !have_dw || busy.exchange(true, std::memory_order_acquire)) return;
   owner_ = true;
+  t_owner = true;
   t_session = true;
   dwfl = nullptr;
   dwfl_failed = false;
@@ -270,15 +283,18 @@ Session::Session(bool allowed) {
 }
 
 Session::~Session() {
-  if (!owner_) return;
-  if (dwfl != nullptr) dw.end(dwfl);
-  dwfl = nullptr;
-  t_session = false;
-  busy.store(false, std::memory_order_release);
+  if (owner_) {
+    if (dwfl != nullptr) dw.end(dwfl);
+    dwfl = nullptr;
+    t_owner = false;
+    busy.store(false, std::memory_order_release);
+  }
+  t_session = outer_session_;
+  t_no_loader = outer_no_loader_;
 }
 
 void fork_child() {
-  if (t_session) return;  // the forking thread's own Session goes on
+  if (t_owner) return;  // the forking thread's own Session goes on
   dwfl = nullptr;
   busy.store(false, std::memory_order_release);
 }
@@ -302,6 +318,12 @@ void frame(const sites::Frame& f, bool demangle, Symbol* s) {
   const char* now = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path();
   if (lm->l_addr != m.bias || std::strcmp(now, m.path) != 0) return;
   if (from_libdw(f, at, m.path, m.bias, r, demangle, s)) return;
+  // dladdr takes the loader's lock (dl_load_lock), which a thread inside
+  // dlopen holds while a constructor runs: from a signal handler or _exit
+  // that wait may never end (the constructor waiting for a lock the
+  // signalled thread holds). There the frame stays module+offset, checked
+  // above with _dl_find_object, which takes no lock.
+  if (t_no_loader) return;
   Dl_info info;
   if (::dladdr(reinterpret_cast<void*>(at), &info) == 0 || info.dli_sname == nullptr) return;
   s->function_offset = f.ip - reinterpret_cast<std::uintptr_t>(info.dli_saddr);

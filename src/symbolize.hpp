@@ -1,7 +1,8 @@
 // Names for captured return addresses, at report time.
 //
 // Two sources. The loader's (dladdr: the dynamic symbol table, exported
-// functions only) never allocates. elfutils' libdw names static and hidden
+// functions only) never allocates, but takes the loader's lock: not from a
+// signal handler or _exit, where frames are module+offset only. elfutils' libdw names static and hidden
 // functions too, from .symtab and DWARF (with file:line where debug info is
 // installed, in the object or under /usr/lib/debug), but allocates and opens
 // files: it is used only inside a Session that was allowed to (not from
@@ -35,17 +36,22 @@ bool load();
 // One report's use of libdw: the Dwfl (the files opened, their symbol
 // tables and line tables read) is built as frames ask for it and freed when
 // the Session ends. allowed: the caller may enter malloc and open files.
+// loader: it may call dladdr, which takes the loader's lock (false from a
+// signal handler or _exit: frames are then module+offset only).
 // One Session at a time process-wide; a report that finds another running
-// (two threads writing reports) uses the loader's names.
+// (two threads writing reports, or a signal handler's report interrupting
+// one on its own thread) uses the loader's names. Sessions nest on a
+// thread: each decides for the frames named while it lasts.
 class Session {
  public:
-  explicit Session(bool allowed);
+  Session(bool allowed, bool loader);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
  private:
   bool owner_ = false;
+  bool outer_session_, outer_no_loader_;  // the interrupted report's, restored at the end
 };
 
 // In a forked child: a Session another thread of the parent had open is

@@ -9,6 +9,8 @@ Every child run is bounded by a timeout."""
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
@@ -67,6 +69,51 @@ def case_exit(a, tmp):
     check(all(fr["function"] is None and fr["line"] is None for fr in mine), f"no libdw names from _exit: {mine}")
 
 
+def run_signalled(argv, tmp, lib):
+    """Runs argv, which must end by SIGTERM through lowtide's handler (a hang,
+    the failure looked for, ends at the timeout); returns the report's sites."""
+    rep = os.path.join(tmp, "r.txt")
+    env = clean_env(lib, LOWTIDE_STATS="both", LOWTIDE_SITES="50", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
+    try:
+        rc, out, err = lttest.run(argv, env, 60, show_failure=True)
+    except subprocess.TimeoutExpired:
+        check(False, f"{argv}: still running after 60 s (the exit report blocked)")
+        return None
+    check(rc == -signal.SIGTERM, f"{argv}: ended by SIGTERM, got status {rc}")
+    if not check(os.path.exists(rep), "the exit report was written"):
+        return None
+    with open(rep) as f:
+        body = f.read()
+    _, _, js = body.partition('{"schema"')
+    return json.loads('{"schema"' + js)["sites"]
+
+
+def case_signal_report(a, tmp):
+    """SIGTERM on a thread writing a report, while that report holds libdw's
+    Session (raised from the demangler it calls): the handler's exit report
+    must not use that Session (libdw allocates, and the interrupted thread's
+    Dwfl is half-way through a call): static and hidden functions unnamed."""
+    s = run_signalled([a.signal_prog, "report", os.path.join(tmp, "api.txt")], tmp, a.lib)
+    if s is None:
+        return
+    mine = [row["frames"][0] for row in s["top"] if row["frames"] and row["frames"][0]["module"].endswith("libnames_lib.so")]
+    check(len(mine) == 3, f"three sites in libnames_lib.so: {mine}")
+    check(all(fr["function"] is None and fr["line"] is None for fr in mine), f"no libdw names from the handler: {mine}")
+
+
+def case_signal_dlopen(a, tmp):
+    """SIGTERM while another thread is inside dlopen, the loader's lock held
+    by a constructor that waits for a mutex the signalled thread holds: the
+    exit report must not wait for the loader's lock (dladdr), and every
+    frame is module+offset."""
+    s = run_signalled([a.signal_prog, "dlopen", a.plugin], tmp, a.lib)
+    if s is None:
+        return
+    frames = [fr for row in s["top"] for fr in row["frames"]]
+    check(len(frames) > 0, "frames in the report")
+    check(all(fr["function"] is None for fr in frames), f"module+offset only: {frames}")
+
+
 def py_rows(s, path):
     return [row for row in s["top"] if row["python"] and row["python"][0]["file"] == path]
 
@@ -115,7 +162,7 @@ def case_stress(a, tmp):
 
 
 CASES = {"static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
-         "stress": case_stress}
+         "stress": case_stress, "signal_report": case_signal_report, "signal_dlopen": case_signal_dlopen}
 
 
 def main():
@@ -124,6 +171,8 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--prog", required=True)
     ap.add_argument("--src", required=True)
+    ap.add_argument("--signal-prog", required=True)
+    ap.add_argument("--plugin", required=True)
     a = ap.parse_args()
     lttest.run_case(CASES[a.case], a, "lowtide-names-")
     return 0
