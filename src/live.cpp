@@ -272,13 +272,6 @@ std::uint64_t small_resident() {
   return total;
 }
 
-std::uint64_t status_bytes(const char* buf, const char* key) {
-  const char* at = std::strstr(buf, key);
-  if (at == nullptr) return 0;
-  at += std::strlen(key);
-  return parse_dec(at) * 1024;
-}
-
 struct Breakdown {
   std::uint64_t rss = 0, rss_anon = 0, rss_file = 0, rss_shmem = 0;
   std::size_t small_committed = 0, small_peak = 0;
@@ -346,13 +339,13 @@ void measure(Breakdown* b) {
   b->small_resident = small_resident();
   // The kernel's own counters of resident pages (what ps and top show),
   // read last, right after the pages above were counted.
-  char status[4096];
-  if (pal::read_file("/proc/self/status", status, sizeof status) > 0) {
-    b->rss = status_bytes(status, "VmRSS:");
-    b->rss_anon = status_bytes(status, "RssAnon:");
-    b->rss_file = status_bytes(status, "RssFile:");
-    b->rss_shmem = status_bytes(status, "RssShmem:");
-  }
+  const char* const keys[] = {"VmRSS:", "RssAnon:", "RssFile:", "RssShmem:"};
+  std::uint64_t kib[4];
+  pal::read_status_kib(keys, kib, 4);
+  b->rss = kib[0] * 1024;
+  b->rss_anon = kib[1] * 1024;
+  b->rss_file = kib[2] * 1024;
+  b->rss_shmem = kib[3] * 1024;
   b->query_ns = pal::now_ns() - t0;
 }
 

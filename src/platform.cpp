@@ -900,6 +900,46 @@ bool leader_gone(long* threads) {
   return state == 'Z' || state == 'X';
 }
 
+bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) kib[k] = 0;
+  const int saved = errno;
+  OwnFd o;
+  if (!open_regular("/proc/self/status", &o)) {
+    errno = saved;
+    return false;
+  }
+  // As read_seccomp: a line at a time, its first 63 bytes kept (the lines
+  // wanted are short).
+  char line[64] = {};
+  std::size_t len = 0;
+  char buf[1024];
+  const auto take_line = [&] {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t kl = std::strlen(keys[k]);
+      if (len <= kl || std::strncmp(line, keys[k], kl) != 0) continue;
+      std::size_t i = kl;
+      while (i < len && (line[i] == ' ' || line[i] == '\t')) ++i;
+      std::uint64_t v = 0;
+      for (; i < len && line[i] >= '0' && line[i] <= '9' && v < (std::uint64_t{1} << 50); ++i) v = v * 10 + static_cast<std::uint64_t>(line[i] - '0');
+      kib[k] = v;
+    }
+    len = 0;
+  };
+  ssize_t r = 0;
+  while ((r = read_own(o, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < r; ++i) {
+      if (buf[i] == '\n')
+        take_line();
+      else if (len < sizeof line - 1)
+        line[len++] = buf[i];
+    }
+  }
+  take_line();  // a last line without its newline
+  close_own(o);
+  errno = saved;
+  return r == 0;
+}
+
 namespace {
 
 // The seccomp mode (0 none, 1 strict, 2 filter), filter count (kernels

@@ -247,6 +247,12 @@ void write_stderr(const char* s, std::size_t n);
 // -1. buf is NUL-terminated. The fd is checked (OwnFd) before each read
 // and before its close.
 long read_file(const char* path, char* buf, std::size_t cap);
+// The first number on each of the /proc/self/status lines named keys[0..n)
+// ("VmRSS:"), into kib[i] (the file's unit), 0 where the line is missing.
+// The file is scanned line by line, not read whole: its Groups line grows
+// with the process's supplementary groups (~600 push VmRSS past 4 KiB).
+// false where it cannot be read to its end.
+bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n);
 
 // Has the thread group's leader (the main thread) exited (pthread_exit:
 // a zombie until the whole group ends)? *threads: the threads the kernel

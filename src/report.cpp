@@ -120,14 +120,6 @@ std::atomic<bool> periodic_busy{false};
 // final report goes ahead, and the process ends before that one could).
 constexpr std::uint64_t kPeriodicWaitNs = 2'000'000'000;
 
-std::uint64_t status_kib(const char* buf, const char* key) {
-  const char* at = std::strstr(buf, key);
-  if (at == nullptr) return 0;
-  at += std::strlen(key);
-  while (*at == ' ' || *at == '\t') ++at;
-  return std::strtoull(at, nullptr, 10);
-}
-
 // How the report is being written.
 struct Context {
   bool at_exit;     // from the exit path: take no lock that may be held
@@ -142,7 +134,6 @@ struct Data {
   std::uint64_t fields[stats::kFieldCount];  // struct lowtide_stats's, in table order
   char command[8192];
   std::size_t command_len = 0;
-  char status[4096];
   std::uint64_t peak_rss = 0, rss = 0;
   double uptime_s = 0;
   bool at_exit = false;
@@ -193,10 +184,11 @@ void gather(Data* d, Scratch& scratch, const Context& ctx) {
     if (d->command[i] == '\0') d->command[i] = ' ';
   while (n > 0 && d->command[n - 1] == ' ') d->command[--n] = '\0';
   d->command_len = n > 0 ? static_cast<std::size_t>(n) : 0;
-  if (pal::read_file("/proc/self/status", d->status, sizeof d->status) > 0) {
-    d->peak_rss = status_kib(d->status, "VmHWM:") * 1024;
-    d->rss = status_kib(d->status, "VmRSS:") * 1024;
-  }
+  const char* const keys[] = {"VmHWM:", "VmRSS:"};
+  std::uint64_t kib[2];
+  pal::read_status_kib(keys, kib, 2);
+  d->peak_rss = kib[0] * 1024;
+  d->rss = kib[1] * 1024;
   d->uptime_s = static_cast<double>(pal::now_ns() - start_ns) / 1e9;
   d->at_exit = ctx.at_exit;
   d->short_of_memory = scratch.on_fallback();
