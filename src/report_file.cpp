@@ -299,8 +299,11 @@ bool create_new(int dfd, const char* base, const char* body, std::size_t n) {
     struct stat st;
     bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
     if (!ok) {
-      // Not the file we just created: leave it alone.
+      // O_EXCL made this name ours, yet the file says otherwise (an owner
+      // other than geteuid() after setfsuid, a vfat/CIFS uid= mount, NFS
+      // root_squash): remove it, or one is left per periodic interval.
       ::close(fd);
+      ::unlinkat(dfd, tmp, 0);
       errno = EEXIST;
       return false;
     }

@@ -4,6 +4,9 @@
  *   root_report groups N PATH  with N supplementary groups (setgroups): the
  *       Groups line of /proc/self/status grows past 4 KiB, ahead of VmHWM
  *       and VmRSS; writes the JSON report to PATH
+ *   root_report fsuid DIR      with the file-system uid 65534 (setfsuid):
+ *       the report's temporary file in DIR is owned by 65534, not by the
+ *       euid (0); writes the report to DIR/r.txt three times
  *
  * Exits 0 when the calls were made (the test reads the results). */
 #define _GNU_SOURCE
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <unistd.h>
 
 int main(int argc, char** argv) {
@@ -30,6 +34,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     return write_report(argv[3], 2) == 0 ? 0 : 1;
+  }
+  if (strcmp(argv[1], "fsuid") == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/r.txt", argv[2]);
+    setfsuid(65534);
+    for (int i = 0; i < 3; i++) write_report(path, 1); /* fails: the file is not ours */
+    return 0;
   }
   return 2;
 }

@@ -6,6 +6,8 @@
 
   groups  1000 supplementary groups: RSS and peak RSS still read (the
           status file's Groups line pushed them past a 4 KiB read)
+  fsuid   a temporary report file owned by another uid (setfsuid): the
+          report is refused, and no .lowtide-*.tmp is left behind
 
 Every child run is bounded by a timeout."""
 import argparse
@@ -30,7 +32,19 @@ def case_groups(a, tmp):
     check(p["rss"] > 0 and p["peak_rss"] >= p["rss"], f"RSS read with 1000 groups: {p}")
 
 
-CASES = {"groups": case_groups}
+def case_fsuid(a, tmp):
+    d = os.path.join(tmp, "d")
+    os.mkdir(d)
+    os.chmod(tmp, 0o711)  # reachable by the file-system uid 65534
+    os.chmod(d, 0o777)  # and writable: the temporary file is made, as 65534's
+    rc, out, err = lttest.run([a.prog, "fsuid", d], clean_env(a.lib), TIMEOUT, show_failure=True)
+    check(rc == 0, f"status {rc}")
+    check("cannot write the report" in err and "File exists" in err, f"the report refused: {err[-2000:]!r}")
+    left = os.listdir(d)
+    check(left == [], f"nothing left in the directory: {left}")
+
+
+CASES = {"groups": case_groups, "fsuid": case_fsuid}
 
 
 def main():
@@ -40,7 +54,7 @@ def main():
     ap.add_argument("--prog", required=True)
     a = ap.parse_args()
     if os.geteuid() != 0:
-        print("skipped: needs root (setgroups)")
+        print("skipped: needs root (setgroups, setfsuid)")
         return 77
     lttest.run_case(CASES[a.case], a, "lowtide-root-report-")
     return 0
