@@ -404,13 +404,17 @@ std::atomic<bool> warned_periodic{false};
 // periodic one (rewritten every interval) only warns, once per process.
 int failed(const char* target, const char* why, const char* body, std::size_t n, bool periodic) {
   int e = errno;
+  // strerrordesc_np, not strerror: no translation, so no gettext and no
+  // malloc under a non-C LC_MESSAGES (this runs in the SIGTERM handler).
+  const char* desc = strerrordesc_np(e);
+  if (desc == nullptr) desc = "unknown error";
   if (!periodic) {
     log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target,
-              why != nullptr ? why : std::strerror(e));
+              why != nullptr ? why : desc);
     write_stderr(body, n);
   } else if (!warned_periodic.exchange(true)) {
     log::warn("cannot write the periodic report to '{}' ({}); not retried on stderr, the exit-time report will be",
-              target, why != nullptr ? why : std::strerror(e));
+              target, why != nullptr ? why : desc);
   }
   errno = e;
   return -1;
