@@ -90,12 +90,15 @@ void after_fork_child() {
   large::space.arena.reset_after_fork();
   pal::mlock_fork_child();
   cache::fork_child();
+  // Before g.pid changes: a signal in between would otherwise find this
+  // process's own pid and forked_child still false, and write the owner's
+  // report (its file, without %p) from the child.
+  report::on_fork_child();
   g.pid = static_cast<int>(::getpid());
   t_local.tid = 0;
   stats::fork_child();
   small::shelf_fork_child(t_local.cache);
   sites::fork_child();
-  report::on_fork_child();
   limit::fork_child();
   live::fork_child();
   pal::fork_scans_done(true);
