@@ -437,7 +437,38 @@ int write_stderr(const char* body, std::size_t n) {
     return -1;
   }
   NoSigpipe guard;
-  return write_all(2, body, n) ? 0 : -1;
+  struct stat st;
+  if (::fstat(2, &st) == 0 && S_ISREG(st.st_mode)) return write_all(2, body, n) ? 0 : -1;
+  // A pipe nobody drains, a terminal stopped with ^S: the same bound as a
+  // FIFO at a report's name (write_through), or the exit (from the SIGTERM
+  // handler too) waits for ever. fd 2 is shared with other processes, so it
+  // stays blocking: each write waits for POLLOUT and is at most
+  // kStderrChunk bytes, which a pipe (a free slot of PIPE_BUF), a socket or
+  // a terminal reporting POLLOUT takes without blocking.
+  constexpr std::size_t kStderrChunk = 512;
+  const std::uint64_t until_ns = pal::now_ns() + kThroughBudgetNs;
+  while (n > 0) {
+    const std::uint64_t now = pal::now_ns();
+    if (now >= until_ns) {
+      n_dropped.fetch_add(1, std::memory_order_relaxed);  // cut short: counted as dropped
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    pollfd pf{2, POLLOUT, 0};
+    const int r = ::poll(&pf, 1, static_cast<int>((until_ns - now) / 1'000'000u) + 1);
+    if (r <= 0) {
+      if (r < 0 && errno != EINTR) return -1;
+      continue;
+    }
+    const ssize_t w = ::write(2, body, n < kStderrChunk ? n : kStderrChunk);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -1;
+    }
+    body += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return 0;
 }
 
 int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb, bool periodic) {
