@@ -907,11 +907,9 @@ void* decay_main(void*) {
 // signals. Not from free(): glibc frees dlopen'ed modules' TLS blocks while
 // holding its stack-cache lock, which pthread_create takes too.
 //
-// Its stack: 64 KiB is plenty for decay_main, but glibc carves the static
-// TLS block (the executable's and initial-exec libraries' __thread data) out
-// of the requested stack and refuses (EINVAL) a stack it does not fit in.
-// glibc has no public way to ask for the static TLS size, so on EINVAL the
-// size doubles, up to 8 MiB, then glibc's default is tried. If no thread can
+// Its stack: 64 KiB beyond the static TLS block (pal::start_thread) is
+// plenty for decay_main, which calls no library that recurses (no libdw,
+// no demangler, no formatting of reports). If no thread can
 // be created at all (EAGAIN from a thread limit, a seccomp filter, ...), the
 // cache stops keeping blocks (its puts refused, so free returns them
 // as with LOWTIDE_CACHE=0) and gives back what it holds, warns once, and a
@@ -920,20 +918,8 @@ void* decay_main(void*) {
 std::atomic<bool> warned_no_thread{false}, warned_filtered{false}, warned_unreadable{false};
 std::atomic<std::uint64_t> retry_after_ns{0};
 std::atomic<unsigned> failed_starts{0};
-constexpr std::size_t kStackFirst = std::size_t{64} << 10;
-constexpr std::size_t kStackMax = std::size_t{8} << 20;
+constexpr std::size_t kStack = std::size_t{64} << 10;
 constexpr unsigned kMaxBackoffShift = 6;  // 1 s << 6 = 64 s
-
-int create_thread(std::size_t stack) {  // stack 0: glibc's default size
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (stack != 0) pthread_attr_setstacksize(&attr, stack);
-  pthread_t t;
-  int rc = pthread_create(&t, &attr, &decay_main, nullptr);
-  pthread_attr_destroy(&attr);
-  return rc;
-}
 
 void start_thread() {
   if (!use_thread) return;
@@ -956,9 +942,7 @@ void start_thread() {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = sandbox != pal::Sandbox::as_at_start ? EPERM : EINVAL;
-  for (std::size_t stack = kStackFirst; rc == EINVAL && stack <= kStackMax; stack *= 2) rc = create_thread(stack);
-  if (rc == EINVAL) rc = create_thread(0);
+  const int rc = sandbox != pal::Sandbox::as_at_start ? EPERM : pal::start_thread(&decay_main, nullptr, kStack);
   // The live-query server (src/live.cpp) is started here, with the decay
   // thread and under the same rules: at a large allocation, outside every
   // lock, every signal blocked (the new thread inherits the mask), only in

@@ -579,19 +579,13 @@ void start() {
   int fd = open_socket();
   if (fd < 0) return;
   listen_fd.store(fd);
-  // Detached, all signals blocked (the caller's mask while it starts the
-  // decay thread). The stack grows as the decay thread's does when glibc
-  // refuses one the static TLS block does not fit in.
-  int rc = EINVAL;
-  for (std::size_t stack = std::size_t{256} << 10; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2) {
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, stack);
-    pthread_t t;
-    rc = pthread_create(&t, &attr, &server_main, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
-    pthread_attr_destroy(&attr);
-  }
+  // Detached, all signals blocked (pal::start_thread). The stack: 512 KiB
+  // beyond the static TLS block, for the answer's report: with
+  // LOWTIDE_SITES it symbolizes call sites through libdw and demangles
+  // their names (symbolize.cpp bounds the demangler's share by the length
+  // of the names it demangles).
+  const int rc = pal::start_thread(&server_main, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                   std::size_t{512} << 10);
   if (rc != 0) {
     listen_fd.store(-1);
     ::close(fd);

@@ -53,30 +53,16 @@ void* report_main(void*) {
   return nullptr;
 }
 
-// As the decay thread (large_cache.cpp): detached, every signal blocked
-// (the host's signals never land here, and the report is never interrupted
-// by one of ours), a small stack doubled while glibc refuses it for the
-// static TLS, then glibc's default.
-int create_thread(std::size_t stack) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (stack != 0) pthread_attr_setstacksize(&attr, stack);
-  pthread_t t;
-  int rc = pthread_create(&t, &attr, &report_main, nullptr);
-  pthread_attr_destroy(&attr);
-  return rc;
-}
+// Detached, every signal blocked (the host's signals never land here, and
+// the report is never interrupted by one of ours; pal::start_thread). The
+// stack: 512 KiB for report_main beyond the static TLS, as the live
+// server's (src/live.cpp): with LOWTIDE_SITES the report symbolizes call
+// sites through libdw and demangles their names (symbolize.cpp bounds the
+// demangler's share by the length of the names it demangles).
+constexpr std::size_t kStack = std::size_t{512} << 10;
 
 void start_thread() {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = EINVAL;
-  for (std::size_t stack = std::size_t{64} << 10; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2)
-    rc = create_thread(stack);
-  if (rc == EINVAL) rc = create_thread(0);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const int rc = pal::start_thread(&report_main, nullptr, kStack);
   if (rc != 0 && !warned.exchange(true)) {
     const char* name = strerrorname_np(rc);  // no allocation, unlike strerror
     log::warn("could not start the lowtide-report thread (pthread_create: {}); no periodic report",

@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1095,6 +1097,53 @@ std::uint64_t now_ns() {
 }
 
 void yield() { sched_yield(); }
+
+// ld.so's (GLIBC_PRIVATE, the sanitizers use it to size their threads'
+// stacks): the static TLS size and alignment, read from two of its
+// globals, no lock, no allocation. Weak, not dlsym: dlsym may allocate and
+// takes the loader lock, and this runs inside malloc. Absent (another libc,
+// a glibc that drops it): nullptr, and the stack is found by doubling.
+extern "C" void _dl_get_tls_static_info(std::size_t* size, std::size_t* align) __attribute__((weak));
+
+namespace {
+
+// need plus the static TLS block, rounded as glibc rounds it, in whole
+// pages: glibc adds the guard page itself and takes the TLS (and its
+// thread descriptor, part of the static size) from the rest.
+std::size_t thread_stack_size(std::size_t need, std::size_t tls, std::size_t align) {
+  const std::size_t page = 4096;
+  if (align > 1) tls = (tls + align - 1) / align * align;
+  return (need + tls + page - 1) / page * page;
+}
+
+}  // namespace
+
+int start_thread(void* (*fn)(void*), void* arg, std::size_t need) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const auto create = [&](std::size_t stack) {  // stack 0: glibc's default size
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (stack != 0) pthread_attr_setstacksize(&attr, stack);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return rc;
+  };
+  int rc = EINVAL;
+  if (_dl_get_tls_static_info != nullptr) {
+    std::size_t tls = 0, align = 0;
+    _dl_get_tls_static_info(&tls, &align);
+    rc = create(thread_stack_size(need, tls, align));
+  } else {
+    for (std::size_t stack = need; rc == EINVAL && stack <= (std::size_t{8} << 20); stack *= 2) rc = create(stack);
+  }
+  if (rc == EINVAL) rc = create(0);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return rc;
+}
 
 std::uint64_t random_u64() {
   const int saved = errno;

@@ -301,6 +301,17 @@ Sandbox sandbox_since_start();
 // Test hook: the status file read instead of /proc/thread-self/status
 // (nullptr: that one again); forgets the start state and the latch.
 void set_status_path_for_test(const char* path);
+// Starts fn(arg) on a detached thread with every signal blocked (the
+// host's signals never land on lowtide's threads), whose stack leaves at
+// least `need` bytes for fn. glibc carves the static TLS block (the
+// executable's and initial-exec libraries' __thread data) out of the stack
+// it is asked for and only insists that ~16 KiB stay free, so asking for
+// `need` alone can leave a thread a few KiB: the stack asked for is `need`
+// plus the static TLS size (glibc's _dl_get_tls_static_info). Where that
+// is not known, `need` is doubled while glibc refuses it (EINVAL: the TLS
+// does not fit), up to 8 MiB, then glibc's default size is tried. Returns
+// pthread_create's result; the caller's signal mask is as it was.
+int start_thread(void* (*fn)(void*), void* arg, std::size_t need);
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 // The machine's RAM in bytes (sysinfo), 0 if unknown.

@@ -160,8 +160,18 @@ Dwfl_Module* module_for(std::uint32_t i, const char* path, std::uintptr_t bias, 
   return m;
 }
 
+// The longest mangled name demangled; longer ones are left mangled. The
+// demangler recurses and keeps its state on the stack, ~72 bytes of it per
+// character of the name: 2048 characters take ~150 KiB, within the 512 KiB
+// the threads that write reports have beyond their TLS (pal::start_thread
+// callers in live.cpp and periodic.cpp) with room left for libdw. Without
+// the bound a name the program chose (template arguments nest without
+// limit) could overflow that stack and crash the process. A demangled name
+// that long would not fit Symbol::function anyway.
+constexpr std::size_t kMaxDemangle = 2048;
+
 void set_function(Symbol* s, const char* name, bool demangle) {
-  if (demangle) {
+  if (demangle && std::strlen(name) <= kMaxDemangle) {
     int status = 0;
     char* d = demangler != nullptr ? demangler(name, nullptr, nullptr, &status) : nullptr;
     if (status == 0 && d != nullptr) {

@@ -19,6 +19,12 @@ Cases (one meson test each):
              the server stops, never touches the program's fd, the name goes
   secure     a setuid-root copy run as nobody (AT_SECURE) has no socket; the
              same copy run normally has one (control)
+  bigtls     a process with 200 KiB of static TLS (glibc takes it out of
+             every thread's stack) and a call site with a 1052-character
+             mangled name, queried with sites on: answered, the name
+             demangled, and the process still runs (the lowtide-live
+             thread had ~40 KiB of stack until 2026-12-06, and died
+             demangling it: SIGSEGV)
   squat      another process binds the name of a process that is not
              served (no lowtide in it) and answers with a forged document:
              `lowtide stats` and `lowtide top` refuse it (SO_PEERCRED: the
@@ -322,6 +328,30 @@ def case_closeall(prog, launcher, tmp):
               % our_names(p.pid))
         check(wait_for(lambda: "lowtide-live" not in thread_names(p.pid), 5), "the server thread ended")
         check(p.ask("checkfds")["lost"] == "0", "the program's fds are all still open")
+    finally:
+        p.stop()
+
+
+def case_bigtls(prog, launcher, tmp):
+    p = Prog([prog], clean_env(LOWTIDE_SITES="50", LOWTIDE_SITE_SAMPLE="0"))
+    try:
+        if not check(wait_for(lambda: our_names(p.pid)), "socket present"):
+            return
+        try:
+            doc = stats_cmd.query(p.pid)
+        except stats_cmd.LiveError as e:
+            doc = None
+            check(False, "the query is answered: %s (program status %s)" % (e, p.p.poll()))
+        try:
+            alive = p.ask("ping").get("pid") == str(p.pid)
+        except RuntimeError as e:
+            alive = False
+            print(e)
+        check(alive, "the program still runs after the query: status %s" % p.p.poll())
+        if doc is not None:
+            text = json.dumps(doc["report"])
+            check("alloc_here<Struct_number_00_" in text,
+                  "the call site's name, demangled, is in the report")
     finally:
         p.stop()
 
@@ -701,7 +731,7 @@ def case_squat_start(prog, launcher, tmp):
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
-         "squat_start": case_squat_start}
+         "squat_start": case_squat_start, "bigtls": case_bigtls}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
