@@ -1028,7 +1028,16 @@ void note_large_allocation() {
   // Outside every lock: keeps the memory limit's RSS estimate fresh when the
   // decay thread is off (frees need none: they only make it smaller).
   limit::maybe_sample();
-  if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) start_thread();
+  if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) {
+    // Inside an allocation that succeeds: errno stays as the program left
+    // it. Starting the threads sets it on paths that still succeed (the live
+    // server's bind of a name another process holds leaves EADDRINUSE, its
+    // stat of /proc/self/ns/pid ENOENT without /proc): kept here, once, for
+    // everything the start does.
+    const int saved = errno;
+    start_thread();
+    errno = saved;
+  }
 }
 
 void note_thread_exit() {
