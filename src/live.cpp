@@ -37,8 +37,13 @@ namespace {
 std::atomic<int> listen_fd{-1};
 dev_t listen_dev = 0;
 ino_t listen_ino = 0;
-// The connection being answered (-1: none), closed by a forked child.
+// The connection being answered (-1: none), closed by a forked child, and
+// its identity (pal::OwnFd: fstat's device and inode), written before
+// client_fd is set: the child closes the number only if it is still that
+// socket (a program closing every fd may have reused it for a file of its
+// own in the instant before the fork).
 std::atomic<int> client_fd{-1};
+std::atomic<unsigned long long> client_dev{0}, client_ino{0};
 // Once per process (reset in a forked child): start() runs each time a
 // decay thread is started, which happens again after a failed start.
 std::atomic<bool> started{false};
@@ -532,6 +537,8 @@ Took take_one(int fd, int pid, uid_t overflow) {
   // a program closing every fd may reuse the number (pal::OwnFd).
   pal::OwnFd o;
   if (!pal::own(move_high(c, ours_by_name), &o) || !ours_by_name(o.fd)) return Took::not_answered;
+  client_dev.store(o.dev, std::memory_order_relaxed);
+  client_ino.store(o.ino, std::memory_order_relaxed);
   client_fd.store(o.fd);
   const bool done = static_cast<int>(::getpid()) == pid && serve(o, accepted_ns);
   client_fd.store(-1);
@@ -595,8 +602,11 @@ void start() {
 void fork_child() {
   int fd = listen_fd.exchange(-1);
   if (fd >= 0 && still_ours(fd)) ::close(fd);
-  int c = client_fd.exchange(-1);
-  if (c >= 0) ::close(c);
+  pal::OwnFd c;
+  c.fd = client_fd.exchange(-1);
+  c.dev = client_dev.load(std::memory_order_relaxed);
+  c.ino = client_ino.load(std::memory_order_relaxed);
+  pal::close_own(c);  // only if still that connection
   started.store(false);
 }
 
