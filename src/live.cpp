@@ -432,18 +432,20 @@ uid_t overflow_uid() {
   return static_cast<uid_t>(v);
 }
 
-// Whether the peer of connection c may be answered: its uid is our
-// effective uid now, not at start (a daemon that drops privileges answers
-// its new user, and root, from then on), or 0. A peer the kernel reports as
-// the overflow uid is a user with no mapping in our user namespace (any
-// user outside a rootless container running as "nobody"): refused even
-// where that is our own uid. Checked before anything else is done for it.
+// Whether the peer of connection c may be answered: 0, or our effective
+// uid now, not at start (a daemon that drops privileges answers its new
+// user from then on, while that user may read it: pal::readable_by_own_uid,
+// what /proc asks before it shows a process's maps to its own user).
+// A peer the kernel reports as the overflow uid is a user with no mapping in
+// our user namespace (any user outside a rootless container running as
+// "nobody"): refused even where that is our own uid. Checked before
+// anything else is done for it.
 bool peer_allowed(int c, uid_t overflow) {
   ucred cred{};
   socklen_t len = sizeof cred;
   const uid_t me = ::geteuid();
   return ::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-         (cred.uid == 0 || (cred.uid == me && cred.uid != overflow));
+         (cred.uid == 0 || (cred.uid == me && cred.uid != overflow && pal::readable_by_own_uid()));
 }
 
 // Whether the request was answered.

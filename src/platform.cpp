@@ -1057,6 +1057,13 @@ std::size_t rss_bytes() {
 
 int current_tid() { return static_cast<int>(::syscall(SYS_gettid)); }
 
+bool readable_by_own_uid() {
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  return ::prctl(PR_GET_DUMPABLE) == 1 && ::getresuid(&ru, &eu, &su) == 0 && ru == eu && eu == su &&
+         ::getresgid(&rg, &eg, &sg) == 0 && rg == eg && eg == sg;
+}
+
 void futex_wait(const std::uint32_t* word, std::uint32_t expected, std::uint64_t timeout_ns) {
   timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000u), static_cast<long>(timeout_ns % 1'000'000'000u)};
   int saved = errno;

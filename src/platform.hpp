@@ -312,6 +312,15 @@ void set_status_path_for_test(const char* path);
 // does not fit), up to 8 MiB, then glibc's default size is tried. Returns
 // pthread_create's result; the caller's signal mask is as it was.
 int start_thread(void* (*fn)(void*), void* arg, std::size_t need);
+// Whether a process of this process's own (non-root) uid may read what
+// /proc shows of it (its maps, command line): what the kernel asks of a
+// ptrace-mode read (ptrace_may_access). The process must be dumpable
+// (PR_GET_DUMPABLE 1: a process that changed credentials, as a daemon
+// dropping root does, is not, unless it says so again), and its real,
+// effective and saved uids, and gids, each the same: a process still
+// holding another id (a saved root uid, a setuid program's real user)
+// keeps them from that user. Three system calls, no allocation.
+bool readable_by_own_uid();
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
 // The machine's RAM in bytes (sysinfo), 0 if unknown.

@@ -13,6 +13,10 @@
 //             then /dev/null opened until 1100 fds or EMFILE (so lowtide's
 //             old fd number is reused); answers "closed opened=N"
 //   checkfds  are those /dev/null fds still open? "fds lost=N"
+//   drop      (root) every uid and gid to 4321 (setresgid, setresuid), as a
+//             daemon drops root for good: the kernel makes the process not
+//             dumpable; answers "dropped dumpable=D"
+//   dumpable  prctl(PR_SET_DUMPABLE, 1); answers "dumpable dumpable=D"
 //   quit      exit 0
 #include <atomic>
 #include <cstdio>
@@ -20,7 +24,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <malloc.h>
+#include <grp.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -140,6 +146,13 @@ int main() {
       for (int fd : opened)
         if (fstat(fd, &st) != 0 || st.st_rdev != null_st.st_rdev) ++lost;
       std::printf("fds lost=%zu\n", lost);
+    } else if (std::strcmp(line, "drop\n") == 0) {
+      if (setgroups(0, nullptr) != 0 || setresgid(4321, 4321, 4321) != 0 || setresuid(4321, 4321, 4321) != 0)
+        return 5;
+      std::printf("dropped dumpable=%d\n", prctl(PR_GET_DUMPABLE));
+    } else if (std::strcmp(line, "dumpable\n") == 0) {
+      if (prctl(PR_SET_DUMPABLE, 1) != 0) return 6;
+      std::printf("dumpable dumpable=%d\n", prctl(PR_GET_DUMPABLE));
     } else if (std::strcmp(line, "quit\n") == 0) {
       return 0;
     } else {

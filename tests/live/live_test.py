@@ -25,6 +25,11 @@ Cases (one meson test each):
              demangled, and the process still runs (the lowtide-live
              thread had ~40 KiB of stack until 2026-12-06, and died
              demangling it: SIGSEGV)
+  dropped    (root) the program drops every uid and gid to 4321 (not
+             dumpable then, as after any such change): a client as 4321
+             gets no byte (/proc would refuse it the same), root is
+             answered; once the program makes itself dumpable again, 4321
+             is answered
   squat      another process binds the name of a process that is not
              served (no lowtide in it) and answers with a forged document:
              `lowtide stats` and `lowtide top` refuse it (SO_PEERCRED: the
@@ -210,43 +215,52 @@ def case_breakdown(prog, launcher, tmp):
         p.stop()
 
 
+def query_as(pid, uid):
+    """Connects to pid's live socket as uid (a forked child that drops to
+    it), sends a request and reads to the end: "uid=U got=N" (N bytes
+    answered), or "error ..."."""
+    name = "\0" + stats_cmd.socket_names(pid)[0]
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(name)
+            try:
+                s.sendall(b"stats\n")
+            except OSError:
+                pass
+            got = b""
+            try:
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    got += b
+            except OSError:
+                pass
+            os.write(w, b"uid=%d got=%d" % (os.getuid(), len(got)))
+        except BaseException as e:  # noqa: B902 - report anything to the parent
+            os.write(w, b"error " + repr(e).encode())
+        os._exit(0)
+    os.close(w)
+    msg = os.read(r, 4096).decode()
+    os.close(r)
+    os.waitpid(child, 0)
+    return msg
+
+
 def case_refused(prog, launcher, tmp):
     p = Prog([prog], clean_env())
     try:
         if not check(wait_for(lambda: our_names(p.pid)), "socket present"):
             return
-        name = "\0" + stats_cmd.socket_names(p.pid)[0]
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:
-            os.close(r)
-            try:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.settimeout(10)
-                s.connect(name)
-                try:
-                    s.sendall(b"stats\n")
-                except OSError:
-                    pass
-                got = b""
-                try:
-                    while True:
-                        b = s.recv(65536)
-                        if not b:
-                            break
-                        got += b
-                except OSError:
-                    pass
-                os.write(w, b"uid=%d got=%d" % (os.getuid(), len(got)))
-            except BaseException as e:  # noqa: B902 - report anything to the parent
-                os.write(w, b"error " + repr(e).encode())
-            os._exit(0)
-        os.close(w)
-        msg = os.read(r, 4096).decode()
-        os.waitpid(child, 0)
+        msg = query_as(p.pid, 65534)
         check(msg == "uid=65534 got=0", "a client of another uid gets no data: %s" % msg)
         doc = stats_cmd.query(p.pid)
         check(doc["refused"] == 1, "the refusal is counted: refused=%s" % doc["refused"])
@@ -352,6 +366,30 @@ def case_bigtls(prog, launcher, tmp):
             text = json.dumps(doc["report"])
             check("alloc_here<Struct_number_00_" in text,
                   "the call site's name, demangled, is in the report")
+    finally:
+        p.stop()
+
+
+def case_dropped(prog, launcher, tmp):
+    if os.geteuid() != 0:
+        print("SKIP: needs root (the program drops from root to uid 4321)")
+        sys.exit(77)
+    p = Prog([prog], clean_env())
+    try:
+        if not check(wait_for(lambda: our_names(p.pid)), "socket present"):
+            return
+        d = p.ask("drop")
+        check(d.get("dumpable") == "0", "the kernel made the program not dumpable: %s" % d)
+        msg = query_as(p.pid, 4321)
+        check(msg == "uid=4321 got=0", "its new user gets no data while it is not dumpable: %s" % msg)
+        doc = stats_cmd.query(p.pid)
+        check(doc["refused"] == 1 and doc["uid"] == 4321, "root is answered, the refusal counted: refused=%s uid=%s"
+              % (doc["refused"], doc["uid"]))
+        # Control: once the program says it may be read again, its user is answered.
+        d = p.ask("dumpable")
+        check(d.get("dumpable") == "1", "dumpable again: %s" % d)
+        msg = query_as(p.pid, 4321)
+        check(msg.startswith("uid=4321 got=") and msg != "uid=4321 got=0", "then its user is answered: %s" % msg)
     finally:
         p.stop()
 
@@ -731,7 +769,7 @@ def case_squat_start(prog, launcher, tmp):
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
-         "squat_start": case_squat_start, "bigtls": case_bigtls}
+         "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
