@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -226,54 +227,84 @@ std::uint64_t parse_dec(const char*& s) {
 }
 
 // One line of /proc/self/maps: "start-end perms offset dev inode   [path]".
-// Resident bytes of an anonymous read-write mapping in mimalloc's area.
-std::uint64_t small_resident_of(const char* s) {
-  std::uint64_t start = parse_hex(s);
-  if (*s++ != '-') return 0;
-  std::uint64_t end = parse_hex(s);
-  if (*s++ != ' ' || s[0] != 'r' || s[1] != 'w') return 0;
+// Whether it is an anonymous read-write mapping in mimalloc's area (not the
+// large path's arena), and where.
+bool small_range_of(const char* s, std::uint64_t* start, std::uint64_t* end) {
+  *start = parse_hex(s);
+  if (*s++ != '-') return false;
+  *end = parse_hex(s);
+  if (*s++ != ' ' || s[0] != 'r' || s[1] != 'w') return false;
   for (int field = 0; field < 3; ++field) {  // perms, offset, dev
     while (*s == ' ') ++s;
     while (*s != ' ' && *s != '\0') ++s;
   }
   std::uint64_t inode = parse_dec(s);
   while (*s == ' ') ++s;
-  if (inode != 0 || *s != '\0' || start < kMiHintLo || end > kMiHintHi || end <= start) return 0;
-  if (large::space.arena.contains(reinterpret_cast<const void*>(start))) return 0;
-  return pal::resident_bytes(reinterpret_cast<const void*>(start), end - start);
+  if (inode != 0 || *s != '\0' || *start < kMiHintLo || *end > kMiHintHi || *end <= *start) return false;
+  return !large::space.arena.contains(reinterpret_cast<const void*>(*start));
+}
+
+// A window of the fork gate (pal::fork_window_open), waited for while a
+// fork is being prepared (this thread may wait; a fork's preparation is
+// short). false after 20 ms of forks (longer than a fork waits for a
+// window, 10 ms): the caller goes on without one, or tries later.
+bool enter_fork_window() {
+  const std::uint64_t until = pal::now_ns() + 20'000'000;
+  for (;;) {
+    if (pal::fork_window_open()) return true;
+    if (pal::now_ns() > until) return false;
+    pal::yield();
+  }
 }
 
 // /proc/self/maps (no page walk, unlike smaps: cheap), streamed through a
 // fixed buffer (only this thread reads it). Opened by the platform layer
 // (pal::open_maps: no link, never blocking, a regular file only), then
 // moved high and checked before each read and the close (pal::OwnFd).
+// Opened, read and closed inside a window of the fork gate, the mappings'
+// ranges copied out, and their pages counted after the close: a fork
+// meanwhile waits only for the read, and no child inherits the fd.
 std::uint64_t small_resident() {
   static char buf[16 << 10];
+  struct Range {
+    std::uint64_t start, end;
+  };
+  static Range ranges[8192];  // 256 GiB of mimalloc's 32 MiB segments at least
+  std::size_t n = 0;
+  const bool gated = enter_fork_window();
   pal::OwnFd o;
   if (!pal::own(move_high(pal::open_maps()), &o)) {
     if (o.fd >= 0) ::close(o.fd);
+    if (gated) pal::fork_window_close();
     return 0;
   }
   const int fd = o.fd;
-  std::uint64_t total = 0;
   std::size_t have = 0;
-  for (;;) {
-    if (!pal::still_own(o)) return total;  // the program's now: not read, not closed
+  bool ours = true;
+  while (n < sizeof ranges / sizeof ranges[0]) {
+    if (!pal::still_own(o)) {  // the program's now: not read, not closed
+      ours = false;
+      break;
+    }
     ssize_t r = ::read(fd, buf + have, sizeof buf - 1 - have);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     have += static_cast<std::size_t>(r);
     buf[have] = '\0';
     char* at = buf;
-    for (char* nl; (nl = std::strchr(at, '\n')) != nullptr; at = nl + 1) {
+    for (char* nl; (nl = std::strchr(at, '\n')) != nullptr && n < sizeof ranges / sizeof ranges[0]; at = nl + 1) {
       *nl = '\0';
-      total += small_resident_of(at);
+      if (small_range_of(at, &ranges[n].start, &ranges[n].end)) ++n;
     }
     have = static_cast<std::size_t>(buf + have - at);
     std::memmove(buf, at, have);
     if (have == sizeof buf - 1) have = 0;  // a line longer than the buffer (a path): not ours
   }
-  pal::close_own(o);
+  if (ours) pal::close_own(o);
+  if (gated) pal::fork_window_close();
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += pal::resident_bytes(reinterpret_cast<const void*>(ranges[i].start), ranges[i].end - ranges[i].start);
   return total;
 }
 
@@ -511,13 +542,32 @@ enum class Took { answered, not_answered, stop };
 
 // One connection (or one failed accept): whether it was answered. The
 // peer's credentials are checked on the fd accept gave, before anything
-// else is done for it: a refused connection costs accept, getsockname,
+// else is done for it: a refused connection costs poll, accept, getsockname,
 // getsockopt and close, nothing more.
+//
+// The wait for a connection is a poll, outside the fork gate; the accept
+// (non-blocking: another may have taken the connection since) and
+// everything up to client_fd's store, which fork's child handler closes,
+// is inside a window of it (pal::fork_window_open): a fork meanwhile waits
+// for it, and no child inherits a connection lowtide does not know of.
 Took take_one(int fd, int pid, uid_t overflow) {
-  int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, -1);
+  if (ready < 0 && errno != EINTR && errno != ENOMEM) return Took::stop;
+  if ((ready > 0 && (p.revents & POLLNVAL) != 0)) return Took::stop;
+  // The number may have been the program's since the last check: the
+  // loop checks it again before the next poll.
+  if (ready <= 0 || !still_ours(fd)) return Took::not_answered;
+  // Forks all along (20 ms): the connection waits in the backlog, taken
+  // at a later turn.
+  if (!enter_fork_window()) return Took::not_answered;
+  const auto leave = [] { pal::fork_window_close(); };
+  int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (c < 0) {
-    if (errno == EINTR || errno == ECONNABORTED) return Took::not_answered;
-    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+    const int e = errno;
+    leave();
+    if (e == EAGAIN || e == EINTR || e == ECONNABORTED) return Took::not_answered;
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
       // Out of fds or memory: the pending client waits; try again later.
       timespec ts{0, 100'000'000};
       ::nanosleep(&ts, nullptr);
@@ -529,25 +579,42 @@ Took take_one(int fd, int pid, uid_t overflow) {
   // where the program took the number in the instant after accept, the fd
   // is its own, left alone.
   const std::uint64_t accepted_ns = pal::now_ns();
-  if (!ours_by_name(c)) return Took::not_answered;
+  if (!ours_by_name(c)) {
+    leave();
+    return Took::not_answered;
+  }
   if (!peer_allowed(c, overflow)) {
     refused.fetch_add(1, std::memory_order_relaxed);
     ::close(c);  // without a byte read or written
+    leave();
     return Took::not_answered;
   }
   // Out of the numbers the program hands out, and checked before each use:
   // a program closing every fd may reuse the number (pal::OwnFd).
   pal::OwnFd o;
-  if (!pal::own(move_high(c, ours_by_name), &o) || !ours_by_name(o.fd)) return Took::not_answered;
+  if (!pal::own(move_high(c, ours_by_name), &o) || !ours_by_name(o.fd)) {
+    leave();
+    return Took::not_answered;
+  }
   client_dev.store(o.dev, std::memory_order_relaxed);
   client_ino.store(o.ino, std::memory_order_relaxed);
   client_fd.store(o.fd);
+  leave();
+  // Blocking again: the timeouts (SO_RCVTIMEO, SO_SNDTIMEO) bound each call.
+  const int flags = ::fcntl(o.fd, F_GETFL);
+  if (flags >= 0 && pal::still_own(o)) ::fcntl(o.fd, F_SETFL, flags & ~O_NONBLOCK);
   const bool done = static_cast<int>(::getpid()) == pid && serve(o, accepted_ns);
-  client_fd.store(-1);
-  // shutdown ends the connection itself, also for a copy of the fd a fork
-  // inherited in the instant before client_fd was set.
+  // The close and client_fd's reset inside a window again: the kernel
+  // copies a forking process's fd table before its memory, so a close
+  // during a fork can leave the child the connection open and client_fd
+  // already reset, with nobody to close it. shutdown ends the connection
+  // itself, also for a copy a fork made without the window (its bounded
+  // wait ran out) or without fork's handlers (a raw clone).
+  const bool closing = enter_fork_window();
   if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
   pal::close_own(o);
+  client_fd.store(-1);
+  if (closing) pal::fork_window_close();
   return done ? Took::answered : Took::not_answered;
 }
 

@@ -644,6 +644,8 @@ void ForkGate::fork_done(bool child) {
 
 void fork_wait_scans() { scan_gate.fork_wait(); }
 void fork_scans_done(bool child) { scan_gate.fork_done(child); }
+bool fork_window_open() { return scan_gate.open(); }
+void fork_window_close() { scan_gate.close(); }
 
 int scans_open_now() { return scan_gate.windows.load(std::memory_order_seq_cst); }
 
@@ -858,8 +860,20 @@ ssize_t read_own(const OwnFd& o, char* buf, std::size_t n) {
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
   const int saved = errno;
+  // Open, read and closed inside a window of the scan gate: a fork in
+  // another thread meanwhile waits for the close (at most 10 ms), so no
+  // child keeps a copy of the descriptor. While a fork is being prepared
+  // the window is waited for, at most 10 ms as fork's own wait (signal and
+  // exit paths read files too, and a handler may have interrupted its own
+  // thread's fork): then the file is read without a window, as before.
+  bool gated = scan_gate.open();
+  for (const std::uint64_t until = gated ? 0 : now_ns() + 10'000'000; !gated && now_ns() < until;) {
+    yield();
+    gated = scan_gate.open();
+  }
   OwnFd o;
   if (!open_regular(path, &o)) {
+    if (gated) scan_gate.close();
     errno = saved;
     return -1;
   }
@@ -869,6 +883,7 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   // (close_own's check, made once.)
   const bool ours = still_own(o);
   if (ours) raw_close(o.fd);
+  if (gated) scan_gate.close();
   errno = saved;
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;

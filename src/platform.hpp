@@ -212,6 +212,12 @@ int scans_open_now();
 // its own forks wait 10 ms each.
 void fork_wait_scans();
 void fork_scans_done(bool child);
+// A window of the same gate for the descriptors lowtide's threads open for
+// a moment (pal::read_file's, the live server's /proc/self/maps and the
+// connection it accepts): a fork waits for it as for a scan, and the child
+// inherits none of them. false (no window) while a fork is being prepared.
+bool fork_window_open();
+void fork_window_close();
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.
 void* map_lazy(std::size_t len);
