@@ -890,13 +890,10 @@ long read_file(const char* path, char* buf, std::size_t cap) {
 }
 
 bool leader_gone(long* threads) {
-  // In a scan window: a fork meanwhile would give the child this
-  // descriptor (it is closed at once, but the child never closes it).
-  if (!scan_gate.open()) return false;
   char buf[1024];
-  const long n = read_file("/proc/self/stat", buf, sizeof buf);
-  scan_gate.close();
-  if (n <= 0) return false;
+  // (read_file reads inside a window of the scan gate: no forked child
+  // gets the descriptor.)
+  if (read_file("/proc/self/stat", buf, sizeof buf) <= 0) return false;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. The state is field 3, the
   // number of threads field 20.

@@ -262,9 +262,8 @@ bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n)
 
 // Has the thread group's leader (the main thread) exited (pthread_exit:
 // a zombie until the whole group ends)? *threads: the threads the kernel
-// still counts, the zombie leader included. From /proc/self/stat, inside
-// the scans' fork gate; false where it cannot be read (and while a fork is
-// being prepared).
+// still counts, the zombie leader included. From /proc/self/stat
+// (read_file); false where it cannot be read.
 bool leader_gone(long* threads);
 
 // An fd lowtide opened for itself, from a thread of its own (the decay and
