@@ -163,8 +163,11 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
     if (ops_.commit(warm.base(a_) + warm.bytes(), fresh) == pal::Commit::ok) {
       *out = Extent{warm.start, pl->need};
       done = true;
-    } else {
+    } else if (ops_.recover(warm.base(a_) + warm.bytes(), fresh)) {
       a_.shrink(warm.start, pl->need, have);
+    } else {
+      a_.split(warm.start, pl->need, have);
+      lose_refused(Extent{warm.start + have, pl->need - have});
     }
   } else if (moves_refused_.load(std::memory_order_relaxed)) {
     // Moving is off in this process (below): nothing more to try.
@@ -174,7 +177,10 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
     const Extent to{s, pl->need};
     char* base = to.base(a_);
     bool lost = false;
-    if (ops_.commit(base + warm.bytes(), fresh) == pal::Commit::ok) {
+    if (ops_.commit(base + warm.bytes(), fresh) != pal::Commit::ok) {
+      lost = !ops_.recover(base + warm.bytes(), fresh);
+      if (lost) lose_refused(to);
+    } else {
       const pal::Moved m = move_into(warm.base(a_), warm.bytes(), to);
       if (m.bytes == warm.bytes()) {
         // MREMAP_DONTUNMAP left the old range mapped and empty: reserve it
@@ -270,7 +276,11 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
   // A refused commit may have left part of the extent mapped: released
   // first, it is re-mapped with the gap's run below (or joins the tail).
-  if (c != pal::Commit::ok) a_.release(e.start, e.n);
+  // Not where it left a hole someone else's mapping took (lose_refused).
+  if (c != pal::Commit::ok) {
+    if (ops_.recover(e.base(a_), e.bytes())) a_.release(e.start, e.n);
+    else lose_refused(e);
+  }
   // The alignment gap in front, re-mapped as free read-write space next to
   // the block (Arena::alloc): no pages, no mapping of its own.
   if (gap != 0) a_.give_back(s - gap, gap, ops_.decommit, ops_.drop_writable);
@@ -463,6 +473,17 @@ void LargePath::lose(int slot, Extent e) {
   large::space.lost.fetch_add(e.bytes(), std::memory_order_relaxed);
 }
 
+// An extent a refused commit left in part a hole that someone else's
+// mapping took before it could be reserved again (ops_.recover): a kernel
+// before 6.12 unmaps a MAP_FIXED mmap's range before some of its checks
+// (pal::commit avoids the one that matters, overcommit mode 2's charge;
+// what is left is the kernel out of memory). Kept out for good like a
+// lost hole, never released: the next commit there would map over that
+// mapping. Held out only from now (no slot left: it stays in contains());
+// a commit is no hole window, since it leaves a hole only where the
+// kernel itself fails.
+void LargePath::lose_refused(Extent e) { lose(a_.hold_out(e.start, e.n), e); }
+
 // The one way a call that may leave a hole in a used extent is made
 // (move_into's pal::move_pages, move_block's pal::move_grow,
 // grow_in_place's pal::grow_mapping): each of the
@@ -576,8 +597,14 @@ bool LargePath::grow_in_place(Change& c) {
     c.h->flags &= static_cast<std::uint8_t>(~kMovedWhole);
     if (ops_.commit(tail.base(a_), tail.bytes()) != pal::Commit::ok) {
       // Refused (at vm.max_map_count it may need a split): try a move, which
-      // may find a cached block that needs no syscall.
-      a_.shrink(c.old.start, c.need, c.old.n);
+      // may find a cached block that needs no syscall. A tail the refusal
+      // left a hole that someone else's mapping took stays used for good.
+      if (ops_.recover(tail.base(a_), tail.bytes())) {
+        a_.shrink(c.old.start, c.need, c.old.n);
+      } else {
+        a_.split(c.old.start, c.need, c.old.n);
+        lose_refused(tail);
+      }
       return false;
     }
   }
@@ -663,7 +690,8 @@ Result LargePath::move_block(Change& c, void** out) {
   // 7 % slower, bench of 4 buffers grown by turns, 1,118 moves.)
   if (!warm) {
     if (pal::Commit r = ops_.commit(nbase + old_bytes, c.bytes - old_bytes); r != pal::Commit::ok) {
-      a_.release(to.start, to.n);
+      if (ops_.recover(nbase + old_bytes, c.bytes - old_bytes)) a_.release(to.start, to.n);
+      else lose_refused(to);
       return refusal(r);
     }
   }
@@ -694,7 +722,8 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t move
   char* obase = c.old.base(a_);
   // (A warm extent is committed; a fresh one's tail was committed before
   // the move, its head is committed here but for what moved into it.)
-  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase + moved, old_bytes - moved); r != pal::Commit::ok) {
+  const std::size_t head = old_bytes - moved;
+  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase + moved, head); r != pal::Commit::ok) {
     // The moved front holds the only copy of those bytes: back where they
     // were (the old range is still mapped, empty: MREMAP_DONTUNMAP), so the
     // block stays as it was. (Only at vm.max_map_count, where the move
@@ -706,7 +735,10 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t move
     }
     // Only the tail was committed; the head's pages are still dropped.
     ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
-    a_.release(to.start, to.n);
+    // A head the refusal left a hole that someone else's mapping took:
+    // kept out for good.
+    if (ops_.recover(nbase + moved, head)) a_.release(to.start, to.n);
+    else lose_refused(to);
     return refusal(r);
   }
   // The header, then the usable bytes (the new block is larger than the

@@ -81,6 +81,7 @@ class LargePath {
   bool open_hole();
   void close_hole();
   void lose(int slot, Extent e);
+  void lose_refused(Extent e);
   template <typename Call>
   bool in_hole_window(const Extent* held, bool* ours, int n, const Call& call);
   pal::Moved move_into(char* src, std::size_t len, Extent to);

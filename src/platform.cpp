@@ -121,6 +121,20 @@ bool overcommit_refuses(std::size_t len) {
 Commit commit(void* p, std::size_t len) {
   if (overcommit_refuses(len)) return Commit::over_limit;
   const int saved = errno;
+  // In mode 2 the commit is charged whatever the flags, and a kernel before
+  // 6.12 (Debian 12's 6.1) unmaps the range before it checks the charge:
+  // a refused mmap there leaves a hole in the reserved range, which
+  // another thread's mmap may take. mprotect charges without unmapping and
+  // fails cleanly (ENOMEM). The merging MAP_NORESERVE buys is lost in mode 2
+  // anyway (the kernel accounts every writable private mapping there).
+  if (overcommit() == 2) {
+    if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) return Commit::refused;  // or the map count
+    // As below: a range left read-write by a decommit at the map count may
+    // hold a write made after its free.
+    ::madvise(p, len, MADV_DONTNEED);
+    errno = saved;
+    return Commit::ok;
+  }
   void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (r == p) return Commit::ok;
   // Past vm.max_map_count the kernel refuses every mmap (ENOMEM), even one

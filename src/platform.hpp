@@ -15,11 +15,14 @@ void* reserve(std::size_t len);
 void* reserve_aligned(std::size_t len, std::size_t align);
 // Make [p, p+len) read-write. Its pages must already have been dropped (a
 // free extent of the range is), so it reads as zeros. Usually one mmap over
-// it; past vm.max_map_count, where the kernel refuses every mmap, mprotect.
-// over_limit: refused up front, where the kernel's overcommit check would
-// refuse an accounted mapping (see platform.cpp). refused: the kernel said
-// no (the map count, RLIMIT_DATA, an mlock limit). Either way the range is
-// left reserved, or read-write in part, its pages still dropped.
+// it; past vm.max_map_count, where the kernel refuses every mmap, and in
+// overcommit mode 2, mprotect. over_limit: refused up front, where the
+// kernel's overcommit check would refuse an accounted mapping (see
+// platform.cpp). refused: the kernel said no (the map count, RLIMIT_DATA,
+// an mlock limit, mode 2's charge). The range is then left reserved, or
+// read-write in part, its pages still dropped; or, rarely, in part a hole
+// (a kernel before 6.12 unmaps before some of its checks): the caller asks
+// recover_destination before it releases the range.
 enum class Commit { ok, over_limit, refused };
 Commit commit(void* p, std::size_t len);
 // Would the kernel refuse an accounted private mapping of len bytes (the
@@ -381,6 +384,9 @@ struct PageOps {
   bool (*fill_hole)(void* p, std::size_t len) = nullptr;
   Grow (*grow_mapping)(void* p, std::size_t len, std::size_t new_len) = nullptr;
   bool (*mremap_growth_ok)() = nullptr;
+  // After a refused commit: whether the range is still reserved (mapped
+  // again if it had become a hole), false where it may be someone else's.
+  bool (*recover)(void* p, std::size_t len) = &recover_destination;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok};

@@ -49,6 +49,10 @@ struct Faults {
   void* taken = nullptr;  // that page
   void* last_dst = nullptr;
   bool dst_held = false;  // contains() said no for the destination during the last move
+  bool commit_hole = false;  // a refused commit unmaps its range first (mode 2 before Linux 6.12)
+  bool commit_hole_taken = false;  // and another thread's mmap takes a page of that hole
+  char* refused_at = nullptr;  // the last refused commit's range
+  std::size_t refused_len = 0;
 };
 Faults faults;
 
@@ -58,6 +62,16 @@ pal::Commit fake_commit(void* p, std::size_t len) {
     --faults.commits_ok;
   } else if (faults.commits_ok == 0 && faults.commits_failing > 0) {
     --faults.commits_failing;
+    faults.refused_at = static_cast<char*>(p);
+    faults.refused_len = len;
+    if (faults.commit_hole) {
+      munmap(p, len);
+      if (faults.commit_hole_taken) {
+        faults.taken = mmap(static_cast<char*>(p) + len / 2, 4096, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (faults.taken != MAP_FAILED) std::memset(faults.taken, 0x5a, 4096);
+      }
+    }
     return faults.fail_as;
   }
   return pal::commit(p, len);
@@ -578,6 +592,86 @@ TEST_CASE("large path: a resize whose commits are refused leaves the block as it
   r.path.release(blocker, "test");
   // Nothing of the new extent stays resident (a front copied back is dropped there).
   CHECK(pal::resident_bytes(reinterpret_cast<void*>(r.a.base()), r.a.size()) == 0);
+}
+
+// A kernel before 6.12 in overcommit mode 2 unmaps a MAP_FIXED mmap's
+// range before it checks the charge (docs/reliability.md no. 41): a
+// refused commit must not leave a hole in the range, released as free,
+// that anyone's mmap may take and a later commit map over.
+TEST_CASE("large path: a refused commit that unmapped its range first: mapped again, then released") {
+  Rig r;
+  void* p = r.alloc(256 << 10);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 5);
+  void* blocker = nullptr;
+  const int where = GENERATE(0, 1, 2);  // a miss; a move's tail; growth in place
+  if (where == 1) blocker = r.alloc(256 << 10);  // right behind p: a move
+  const std::uint32_t free_before = r.a.free_granules();
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  faults.commits_ok = 0;
+  faults.commits_failing = 1;
+  faults.commit_hole = true;
+  void* q = nullptr;
+  if (where == 0) CHECK(r.path.allocate(1 << 20, 16, Origin::malloc, 0, &q) == Result::no_mapping);
+  else if (where == 1) CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
+  else CHECK(r.path.resize(p, 1 << 20, &q) == Result::ok);  // grown by a move instead
+  REQUIRE(faults.refused_at != nullptr);
+  CHECK(all_mapped(r.a.base(), r.a.size()));  // the hole reserved again
+  CHECK(lowtide::large::space.lost.load() == lost0);
+  if (where != 2) {
+    CHECK(q == nullptr);
+    CHECK(r.a.free_granules() == free_before);
+  } else {
+    p = q;
+  }
+  CHECK(same(p, old_usable, 5));
+  r.path.release(p, "test");
+  if (blocker != nullptr) r.path.release(blocker, "test");
+}
+
+// The same, with another thread's mmap taking a page of the hole before it
+// is reserved again: that extent is never released (a later commit would
+// map over the mapping), nor the large path's.
+TEST_CASE("large path: a refused commit whose hole someone else's mapping took keeps the extent out for good") {
+  Rig r;
+  void* p = r.alloc(256 << 10);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 7);
+  const bool resize = GENERATE(false, true);
+  void* blocker = resize ? r.alloc(256 << 10) : nullptr;
+  const std::size_t lost0 = lowtide::large::space.lost.load();
+  faults.commits_ok = 0;
+  faults.commits_failing = 1;
+  faults.commit_hole = true;
+  faults.commit_hole_taken = true;
+  void* q = nullptr;
+  if (resize) CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
+  else CHECK(r.path.allocate(1 << 20, 16, Origin::malloc, 0, &q) == Result::no_mapping);
+  CHECK(q == nullptr);
+  REQUIRE(faults.taken != MAP_FAILED);
+  REQUIRE(faults.taken != nullptr);
+  const std::size_t lost = lowtide::large::space.lost.load() - lost0;
+  CHECK(lost >= faults.refused_len);
+  CHECK_FALSE(r.a.contains(faults.taken));
+  // The lost extent ends where the refused commit did (a move's new
+  // extent: its tail).
+  char* lost_base = faults.refused_at + faults.refused_len - lost;
+  void* taken = faults.taken;
+  faults = Faults{};
+  // Later blocks are placed elsewhere, and the other mapping is untouched.
+  void* b = r.alloc(4 << 20);
+  CHECK_FALSE((static_cast<char*>(b) + (4 << 20) > lost_base && static_cast<char*>(b) < lost_base + lost));
+  const auto* t = static_cast<const unsigned char*>(taken);
+  bool intact = true;
+  for (std::size_t i = 0; i < 4096; ++i) intact &= t[i] == 0x5a;
+  CHECK(intact);
+  CHECK(same(p, old_usable, 7));
+  r.path.release(b, "test");
+  r.path.release(p, "test");
+  if (blocker != nullptr) r.path.release(blocker, "test");
+  munmap(taken, 4096);
+  munmap(lost_base, lost);
+  reclaim_lost(r.a, lost_base, lost);
 }
 
 TEST_CASE("large path: growth in place refused by the kernel falls back to a move") {
