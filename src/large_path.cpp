@@ -702,7 +702,7 @@ Result LargePath::move_block(Change& c, void** out) {
     // A refused call may have unmapped its piece first (a cached block's
     // pages too), reserved again since: the copy commits it again, as for
     // a fresh extent.
-    if (Result r = copy_instead(c, to, warm && m.refused == 0, m.bytes); r != Result::ok) return r;
+    if (Result r = copy_instead(c, to, warm && m.refused == 0, warm, m.bytes); r != Result::ok) return r;
   } else {
     stats::add(c.st, stats::large_remap_bytes, old_bytes);
   }
@@ -716,14 +716,15 @@ Result LargePath::move_block(Change& c, void** out) {
 // anything or part-way (`moved` bytes of the old extent's front are in the
 // new one already): copy the rest of the header and of the old block's
 // usable bytes, which the program may have written (glibc keeps them too).
-Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t moved) {
+Result LargePath::copy_instead(Change& c, Extent to, bool committed, bool cached, std::size_t moved) {
   const std::size_t old_bytes = c.old.bytes();
   char* nbase = to.base(a_);
   char* obase = c.old.base(a_);
-  // (A warm extent is committed; a fresh one's tail was committed before
-  // the move, its head is committed here but for what moved into it.)
+  // (A warm extent is committed, but where a refused move unmapped a piece
+  // of it; a fresh one's tail was committed before the move, its head is
+  // committed here but for what moved into it.)
   const std::size_t head = old_bytes - moved;
-  if (pal::Commit r = warm ? pal::Commit::ok : ops_.commit(nbase + moved, head); r != pal::Commit::ok) {
+  if (pal::Commit r = committed ? pal::Commit::ok : ops_.commit(nbase + moved, head); r != pal::Commit::ok) {
     // The moved front holds the only copy of those bytes: back where they
     // were (the old range is still mapped, empty: MREMAP_DONTUNMAP), so the
     // block stays as it was. (Only at vm.max_map_count, where the move
@@ -733,11 +734,22 @@ Result LargePath::copy_instead(Change& c, Extent to, bool warm, std::size_t move
       std::memcpy(obase, nbase, moved);
       ops_.decommit(nbase, moved);
     }
-    // Only the tail was committed; the head's pages are still dropped.
-    ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
-    // A head the refusal left a hole that someone else's mapping took:
-    // kept out for good.
-    if (ops_.recover(nbase + moved, head)) a_.release(to.start, to.n);
+    const bool ours = ops_.recover(nbase + moved, head);
+    if (cached) {
+      // A cached block (its move refused part-way, then this commit): the
+      // rest of its pages dropped too, and it is no longer mapped lowtide
+      // memory (as undo_lost_move's). Released as free it would have kept
+      // its pages resident and its bytes counted as mapped for good.
+      if (ours) ops_.decommit(nbase + moved, head);
+      ops_.decommit(nbase + old_bytes, to.bytes() - old_bytes);
+      large::space.mapped.fetch_sub(to.bytes(), std::memory_order_relaxed);
+      stats::add(c.st, stats::large_returned_bytes, to.bytes());
+      stats::add(c.st, stats::large_released_room, to.bytes());
+    } else {
+      // Only the tail was committed; the head's pages are still dropped.
+      ops_.decommit(nbase + old_bytes, c.bytes - old_bytes);
+    }
+    if (ours) a_.release(to.start, to.n);
     else lose_refused(to);
     return refusal(r);
   }

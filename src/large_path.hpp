@@ -88,8 +88,10 @@ class LargePath {
   Result undo_lost_move(Change& c, Extent to, bool warm, const pal::Moved& m);
   Result find_new_extent(Change& c, Extent* to, bool* warm);
   Result move_block(Change& c, void** out);
-  // moved: bytes of the old extent's front move_pages moved before it was refused.
-  Result copy_instead(Change& c, Extent to, bool warm, std::size_t moved);
+  // moved: bytes of the old extent's front move_pages moved before it was
+  // refused. committed: `to` is read-write throughout (a cached block no
+  // move unmapped a piece of); cached: `to` was a cached block.
+  Result copy_instead(Change& c, Extent to, bool committed, bool cached, std::size_t moved);
   // old_mapped false: the old extent is lost (a hole move_grow left was taken).
   void finish_move(Change& c, Extent to, bool warm, bool moved, void** out, bool old_mapped = true);
 

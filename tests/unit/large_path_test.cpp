@@ -674,6 +674,37 @@ TEST_CASE("large path: a refused commit whose hole someone else's mapping took k
   reclaim_lost(r.a, lost_base, lost);
 }
 
+// A move into a cached block refused part-way, then the copy's commit
+// refused (docs/reliability.md no. 42): the cached block is dropped whole,
+// no longer counted as mapped (Rig's destructor), none of its pages left
+// resident in the free extent it becomes.
+TEST_CASE("large path: a cached block whose move and then copy were refused is dropped whole") {
+  Rig r(std::size_t{64} << 20);
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);  // right behind p: no growth in place
+  void* spare = r.alloc(std::size_t{2} << 20);
+  void* after = r.alloc(64 << 10);  // keeps the spare block's extent from joining free space
+  fill(spare, r.path.usable(spare, "test"), 9);  // resident
+  r.path.release(spare, "test");
+  REQUIRE(r.cache.cached_bytes() != 0);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 11);
+  faults.move_only = 64 << 10;
+  faults.commits_ok = 0;  // the copy's (a cached block needs no tail commit)
+  faults.commits_failing = 1;
+  void* q = nullptr;
+  CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
+  CHECK(faults.moves == 1);
+  CHECK(faults.refused_at != nullptr);
+  CHECK(q == nullptr);
+  CHECK(same(p, old_usable, 11));
+  r.path.release(p, "test");
+  r.path.release(blocker, "test");
+  r.path.release(after, "test");
+  r.cache.purge(true);
+  CHECK(pal::resident_bytes(reinterpret_cast<void*>(r.a.base()), r.a.size()) == 0);
+}
+
 TEST_CASE("large path: growth in place refused by the kernel falls back to a move") {
   Rig r;
   void* p = r.alloc(256 << 10);
