@@ -378,11 +378,17 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
 
 int mlockall(int flags) {
   // From here frees release PROT_NONE; those already re-mapping read-write
-  // finish first, so that protect_free finds what they released.
+  // finish first, so that protect_free finds what they released, and so
+  // that none maps a run read-write after MCL_FUTURE is in force (the
+  // kernel would populate and lock it).
   pal::mlockall_begin();
-  if ((flags & MCL_CURRENT) != 0 && large::space.arena.ready()) {
-    large::space.arena.wait_give_backs();
-    large::space.arena.protect_free(pal::decommit);
+  if (large::space.arena.ready()) {
+    // Cached blocks are used, read-write extents (protect_free covers only
+    // free ones): MCL_CURRENT would populate and lock every page of them.
+    // Given back now, they are released PROT_NONE (mlockall_begin).
+    if ((flags & MCL_CURRENT) != 0) cache::purge(true);
+    if ((flags & (MCL_CURRENT | MCL_FUTURE)) != 0) large::space.arena.wait_give_backs();
+    if ((flags & MCL_CURRENT) != 0) large::space.arena.protect_free(pal::decommit);
   }
   return pal::mlockall(flags);
 }
