@@ -657,7 +657,14 @@ Result LargePath::move_block(Change& c, void** out) {
   // Not into a cached block: its warm pages would be dropped for fresh ones.
   // Both extents are held out of contains() while either may be a hole
   // (in_hole_window; where no window can be had, the move below).
-  if (!warm && may_make_holes() && ops_.one_mapping(obase, old_bytes)) {
+  // one_mapping opens /proc/self/maps: inside a window fork waits for, or
+  // a child forked meanwhile would inherit the descriptor.
+  bool one = false;
+  if (!warm && may_make_holes() && open_hole()) {
+    one = ops_.one_mapping(obase, old_bytes);
+    close_hole();
+  }
+  if (one) {
     const Extent held[2] = {c.old, to};
     bool ours[2] = {true, true};  // [0] the old extent, [1] the new one
     bool grown = false;

@@ -1072,7 +1072,13 @@ void set_status_path_for_test(const char* path) {
 
 std::size_t rss_bytes() {
   char buf[128];
-  if (read_file("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  // Inside the scans' fork gate: the memory limit reads this inside a
+  // large malloc, and a fork meanwhile would leave the child the descriptor.
+  // 0 (unreadable: callers keep what they had) while a fork is prepared.
+  if (!scan_gate.open()) return 0;
+  const long n = read_file("/proc/self/statm", buf, sizeof buf);
+  scan_gate.close();
+  if (n <= 0) return 0;
   const char* s = buf;
   while (*s && *s != ' ') ++s;  // skip total size
   while (*s == ' ') ++s;

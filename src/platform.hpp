@@ -206,8 +206,8 @@ std::uint64_t resident_scan_answers();
 int scans_open_now();
 // fork's prepare and after handlers (init.cpp): a fork waits (at most
 // 10 ms, on top of the large path's hole windows' 10) for the scans under
-// way to close their descriptors, and none opens until every fork being
-// prepared is done. A fork from a signal handler that interrupted a scan
+// way (and rss_bytes' reads of /proc/self/statm) to close their
+// descriptors, and none opens until every fork being prepared is done. A fork from a signal handler that interrupted a scan
 // of its own thread waits the whole 10 ms (the scan cannot end meanwhile),
 // and that scan, resumed in the child, reads the parent's pagemap once (a
 // wrong measure of one block, then closed). A child made without fork's
