@@ -32,9 +32,10 @@ struct Space {
   // whatever the child put there (LargePath::open_hole, before_fork).
   pal::ForkGate holes;
 };
-// fork's prepare handler: no new hole from now on, and the open ones closed
-// (a window is a few system calls; waits at most 10 ms, in case fork was
-// called from a signal handler on the thread that has one open).
+// fork's prepare handler: no new hole from now on, and the ones other
+// threads hold closed (a window is a few system calls; waits at most 2 s,
+// so that fork never hangs; not for the forking thread's own window, which
+// a signal handler's fork interrupted: pal::ForkGate).
 void fork_wait_holes();
 void fork_holes_done(bool child);
 extern __attribute__((visibility("hidden"))) Space space;

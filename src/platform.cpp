@@ -516,7 +516,7 @@ std::atomic<std::uint64_t> scan_answers{0};  // for tests (resident_scan_answers
 // A scan's descriptor is open only inside a window of this gate: a fork
 // in another thread while it was open would leave the child a descriptor
 // it never closes, to the parent's pagemap.
-constinit ForkGate scan_gate;
+constinit ForkGate scan_gate{.which = 1};
 
 // Resident bytes of [a, end) (page-aligned) by PAGEMAP_SCAN, while they
 // are sparse: the kernel returns the runs of present pages, so a sparse
@@ -628,25 +628,48 @@ constinit ForkGate scan_gate;
 }
 }  // namespace
 
+namespace {
+// The windows of each gate this thread holds (ForkGate::which): a fork from
+// a signal handler on this thread does not wait for them. Counted after the
+// gate's count goes up and before it goes down, so that a handler between
+// the two sees one window too many (it waits out the bound) rather than
+// one too few (it would not wait for another thread's).
+thread_local int own_windows[ForkGate::kGates];
+}  // namespace
+
 bool ForkGate::open() {
   windows.fetch_add(1, std::memory_order_seq_cst);
-  if (forking.load(std::memory_order_seq_cst) == 0) return true;
-  close();
+  if (forking.load(std::memory_order_seq_cst) == 0) {
+    ++own_windows[which];
+    return true;
+  }
+  int n = windows.load(std::memory_order_seq_cst);
+  while (n > 0 && !windows.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+  }
   return false;
 }
 void ForkGate::close() {
+  if (own_windows[which] > 0) --own_windows[which];
   int n = windows.load(std::memory_order_seq_cst);
   while (n > 0 && !windows.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
   }
 }
-void ForkGate::fork_wait() {
+bool ForkGate::fork_wait() {
   forking.fetch_add(1, std::memory_order_seq_cst);
-  if (windows.load(std::memory_order_seq_cst) == 0) return;
-  const std::uint64_t until = now_ns() + 10'000'000;
-  while (windows.load(std::memory_order_seq_cst) != 0 && now_ns() < until) yield();
+  const int mine = own_windows[which];
+  if (windows.load(std::memory_order_seq_cst) <= mine) return true;
+  const std::uint64_t until = now_ns() + 2'000'000'000;
+  while (windows.load(std::memory_order_seq_cst) > mine) {
+    if (now_ns() >= until) return false;
+    yield();
+  }
+  return true;
 }
 void ForkGate::fork_done(bool child) {
   if (child) {
+    // The only thread: a window of its own a handler's fork interrupted
+    // closes into the guards above.
+    own_windows[which] = 0;
     windows.store(0, std::memory_order_relaxed);
     forking.store(0, std::memory_order_seq_cst);
     return;

@@ -183,18 +183,26 @@ bool resident_scan_works();
 // Windows a fork must not fall into (a hole in the large range, a scan's
 // descriptor: the child would inherit it), and the forks being prepared.
 // A window opens only while no fork is being prepared; fork's prepare
-// handler waits for the open ones (at most 10 ms: fork may be called from
-// a signal handler on a thread that has one open). Takes no lock, never
-// allocates. Sequentially consistent on both sides: either the fork sees
+// handler waits for the ones other threads hold (a descriptor or a hole
+// the child would inherit), not for its own thread's (fork called from a
+// signal handler that interrupted one: it cannot close meanwhile). Each
+// thread counts the windows it holds (thread-local, per gate). The wait is
+// bounded (2 s) only so that fork can never hang for good: a window is
+// microseconds of CPU, and a holder descheduled for 10 ms under load (the
+// bound until 2026-12-06) let 2 children of 1,500 inherit a hole. Takes no
+// lock, never allocates. Sequentially consistent on both sides: either the fork sees
 // the window or the window sees the fork. Both are counts: two threads
 // may fork at once, and the first one's parent handler must not reopen
 // the gate while the second still prepares.
 struct ForkGate {
+  static constexpr int kGates = 2;  // the large path's holes (0), the scans (1)
   std::atomic<int> windows{0};
   std::atomic<int> forking{0};
+  int which = 0;  // this gate's index into the threads' own counts
   bool open();   // false (nothing open) while a fork is being prepared
   void close();  // never below 0: a child's reset may have come between
-  void fork_wait();
+  // False where it gave up waiting (2 s) with other threads' windows open.
+  bool fork_wait();
   // After the fork: the parent lets its fork go; the child has neither
   // window nor fork under way.
   void fork_done(bool child);
@@ -204,15 +212,15 @@ struct ForkGate {
 // hold a descriptor now (for tests).
 std::uint64_t resident_scan_answers();
 int scans_open_now();
-// fork's prepare and after handlers (init.cpp): a fork waits (at most
-// 10 ms, on top of the large path's hole windows' 10) for the scans under
-// way (and rss_bytes' reads of /proc/self/statm) to close their
-// descriptors, and none opens until every fork being prepared is done. A fork from a signal handler that interrupted a scan
-// of its own thread waits the whole 10 ms (the scan cannot end meanwhile),
-// and that scan, resumed in the child, reads the parent's pagemap once (a
-// wrong measure of one block, then closed). A child made without fork's
-// handlers (clone, _Fork) while a scan was open keeps a count that makes
-// its own forks wait 10 ms each.
+// fork's prepare and after handlers (init.cpp): a fork waits (ForkGate:
+// at most 2 s, on top of the large path's hole windows' 2) for other
+// threads' scans under way (and rss_bytes' reads of /proc/self/statm) to
+// close their descriptors, and none opens until every fork being prepared
+// is done. A fork from a signal handler that interrupted a scan of its own
+// thread does not wait for it, and that scan, resumed in the child, reads
+// the parent's pagemap once (a wrong measure of one block, then closed). A
+// child made without fork's handlers (clone, _Fork) while another thread's
+// scan was open keeps a count that makes its own forks wait 2 s each.
 void fork_wait_scans();
 void fork_scans_done(bool child);
 // A window of the same gate for the descriptors lowtide's threads open for

@@ -14,9 +14,7 @@
 // ~5-10 us with the descriptor open, thousands a second) while the main
 // thread forks 400 times; each child lists /proc/self/fd and fails if a
 // descriptor there is a pagemap. Without the gate, 6-16 children of 400
-// had one here (five runs); with it, none on an idle machine, and under
-// load only children of forks whose wait ran out (see main). Every wait
-// is bounded.
+// had one here (five runs); with it, none. Every wait is bounded.
 #include "stress_common.hpp"
 
 #include <dirent.h>
@@ -106,11 +104,12 @@ int main() {
   // Let the churn reach its steady state (the cache full, misses measuring).
   while (g_frees.load(std::memory_order_relaxed) < 200 || g_reallocs.load(std::memory_order_relaxed) < 200)
     usleep(1000);
-  // The guarantee is bounded: fork's prepare handler waits at most 10 ms
-  // for a scan under way (a thread descheduled that long inside one, on a
-  // loaded machine, lets the fork go on). A child that inherited a
-  // descriptor from a fork that returned within 10 ms is a failure; one
-  // from a fork that took longer is counted, not failed.
+  // The guarantee is bounded: fork's prepare handler waits at most 2 s for
+  // another thread's scan under way (only so that fork never hangs; until
+  // 2026-12-06 10 ms, which a thread descheduled inside a scan on a loaded
+  // machine outlasted). A child that inherited a descriptor from a fork
+  // that returned within 2 s is a failure; one from a fork that took longer
+  // is counted, not failed.
   int leaked = 0, excused = 0, slow = 0;
   constexpr int kForks = 400;
   for (int k = 0; k < kForks; ++k) {
@@ -118,7 +117,7 @@ int main() {
     const pid_t pid = fork();
     CHECK(pid >= 0, "fork: %s", std::strerror(errno));
     if (pid == 0) _exit(child_check());
-    const bool waited_out = lt::now_seconds() - t0 >= 0.010;
+    const bool waited_out = lt::now_seconds() - t0 >= 2.0;
     slow += waited_out ? 1 : 0;
     int status = 0;
     CHECK(lt::wait_bounded(pid, 10, &status), "child %d did not end", static_cast<int>(pid));
@@ -129,13 +128,13 @@ int main() {
   t.join();
   g.join();
   const long frees = g_frees.load();
-  std::printf("fork_scan_fds: %d forks (%d took 10 ms or more), %d children with a /proc descriptor after a "
+  std::printf("fork_scan_fds: %d forks (%d took 2 s or more), %d children with a /proc descriptor after a "
               "fast fork, %d after a slow one, %ld large frees meanwhile\n",
               kForks, slow, leaked, excused, frees);
   // The churn must have run through the forks, and most forks must have
   // been fast (else nothing was tested).
   CHECK(frees > 1000, "only %ld large frees", frees);
-  CHECK(slow < kForks / 2, "%d of %d forks took 10 ms or more", slow, kForks);
-  CHECK(leaked == 0, "%d children of a fork under 10 ms inherited a /proc descriptor", leaked);
+  CHECK(slow < kForks / 2, "%d of %d forks took 2 s or more", slow, kForks);
+  CHECK(leaked == 0, "%d children of a fork under 2 s inherited a /proc descriptor", leaked);
   return 0;
 }

@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <thread>
 
 #include <cerrno>
 #include <cstdio>
@@ -185,6 +187,48 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   both(p + 2000 * page, 1000 * page, 0);
   munmap(p, 2000 * page);
   munmap(p + 3000 * page, (pages - 3000) * page);
+}
+
+// fork's prepare handler waits for the windows other threads hold, and
+// not for its own thread's (a fork from a signal handler that interrupted
+// one: waiting could only run out the bound). Until 2026-12-06 it waited
+// for any window, 10 ms at most.
+TEST_CASE("fork gate: a fork waits for other threads' windows, never for its own") {
+  pal::ForkGate gate;
+  SECTION("its own window: not waited for") {
+    REQUIRE(gate.open());
+    REQUIRE(gate.open());  // nested
+    CHECK(gate.fork_wait());
+    CHECK_FALSE(gate.open());  // none opens while the fork is prepared
+    gate.fork_done(false);
+    gate.close();
+    gate.close();
+    CHECK(gate.windows.load() == 0);
+  }
+  SECTION("another thread's window: waited for until it closes") {
+    std::atomic<bool> opened{false};
+    std::thread holder([&] {
+      REQUIRE(gate.open());
+      opened.store(true);
+      // Closed only once the fork is being prepared: the wait must see it.
+      while (gate.forking.load() == 0) std::this_thread::yield();
+      gate.close();
+    });
+    while (!opened.load()) std::this_thread::yield();
+    CHECK(gate.fork_wait());
+    CHECK(gate.windows.load() == 0);
+    gate.fork_done(false);
+    holder.join();
+  }
+  SECTION("in the child: no window, no fork, none of its own") {
+    REQUIRE(gate.open());
+    CHECK(gate.fork_wait());
+    gate.fork_done(true);
+    CHECK(gate.windows.load() == 0);
+    CHECK(gate.forking.load() == 0);
+    gate.close();  // the interrupted window, resumed in the child
+    CHECK(gate.windows.load() == 0);
+  }
 }
 
 // While a fork is being prepared no scan opens its descriptor (the child
