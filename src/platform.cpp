@@ -894,20 +894,55 @@ ssize_t read_own(const OwnFd& o, char* buf, std::size_t n) {
 
 }  // namespace
 
-long read_file(const char* path, char* buf, std::size_t cap) {
-  if (cap == 0) return -1;
-  const int saved = errno;
-  // Open, read and closed inside a window of the scan gate: a fork in
-  // another thread meanwhile waits for the close (at most 10 ms), so no
-  // child keeps a copy of the descriptor. While a fork is being prepared
-  // the window is waited for, at most 10 ms as fork's own wait (signal and
-  // exit paths read files too, and a handler may have interrupted its own
-  // thread's fork): then the file is read without a window, as before.
+namespace {
+// A file read (read_file, read_status_kib, read_seccomp) is opened, read
+// and closed inside a window of the scan gate: a fork in another thread
+// meanwhile waits for the close, so no child keeps a copy of the
+// descriptor. While a fork is being prepared the window is waited for, at
+// most 10 ms (signal and exit paths read files too, and a handler may have
+// interrupted its own thread's fork): then the file is read without a
+// window, as before. true: a window is open (close it after the close).
+bool file_window_open() {
   bool gated = scan_gate.open();
   for (const std::uint64_t until = gated ? 0 : now_ns() + 10'000'000; !gated && now_ns() < until;) {
     yield();
     gated = scan_gate.open();
   }
+  return gated;
+}
+
+// Reads o to its end a line at a time, calling take(line, len) on each
+// line's first 63 bytes (NUL-terminated; the status lines wanted are
+// short, and the whole file, whose Groups line grows with the process's
+// groups, need not fit anywhere), the last one even without its newline.
+// false: a read failed (or the fd is not ours any more).
+template <class Take>
+bool each_line(const OwnFd& o, Take&& take) {
+  char line[64];
+  std::size_t len = 0;
+  char buf[1024];  // (status is ~1.4 KiB: three reads, the last one 0)
+  ssize_t r = 0;
+  while ((r = read_own(o, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < r; ++i) {
+      if (buf[i] == '\n') {
+        line[len] = '\0';
+        take(static_cast<const char*>(line), len);
+        len = 0;
+      } else if (len < sizeof line - 1) {
+        line[len++] = buf[i];
+      }
+    }
+  }
+  line[len] = '\0';
+  take(static_cast<const char*>(line), len);
+  return r == 0;
+}
+}  // namespace
+
+long read_file(const char* path, char* buf, std::size_t cap) {
+  if (cap == 0) return -1;
+  const int saved = errno;
+  const bool gated = file_window_open();
   OwnFd o;
   if (!open_regular(path, &o)) {
     if (gated) scan_gate.close();
@@ -954,17 +989,14 @@ bool leader_gone(long* threads) {
 bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) kib[k] = 0;
   const int saved = errno;
+  const bool gated = file_window_open();
   OwnFd o;
   if (!open_regular("/proc/self/status", &o)) {
+    if (gated) scan_gate.close();
     errno = saved;
     return false;
   }
-  // As read_seccomp: a line at a time, its first 63 bytes kept (the lines
-  // wanted are short).
-  char line[64] = {};
-  std::size_t len = 0;
-  char buf[1024];
-  const auto take_line = [&] {
+  const bool whole = each_line(o, [&](const char* line, std::size_t len) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t kl = std::strlen(keys[k]);
       if (len <= kl || std::strncmp(line, keys[k], kl) != 0) continue;
@@ -974,21 +1006,11 @@ bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n)
       for (; i < len && line[i] >= '0' && line[i] <= '9' && v < (std::uint64_t{1} << 50); ++i) v = v * 10 + static_cast<std::uint64_t>(line[i] - '0');
       kib[k] = v;
     }
-    len = 0;
-  };
-  ssize_t r = 0;
-  while ((r = read_own(o, buf, sizeof buf)) > 0) {
-    for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == '\n')
-        take_line();
-      else if (len < sizeof line - 1)
-        line[len++] = buf[i];
-    }
-  }
-  take_line();  // a last line without its newline
+  });
   close_own(o);
+  if (gated) scan_gate.close();
   errno = saved;
-  return r == 0;
+  return whole;
 }
 
 namespace {
@@ -1006,52 +1028,37 @@ std::atomic<const char*> status_path{nullptr};
 bool read_seccomp(SeccompState* out) {
   const char* path = status_path.load(std::memory_order_relaxed);
   const int saved = errno;
+  const bool gated = file_window_open();
   OwnFd o;
   bool opened = open_regular(path != nullptr ? path : "/proc/thread-self/status", &o);
   if (!opened && path == nullptr && errno == ENOENT)  // before 3.17
     opened = open_regular("/proc/self/status", &o);
   if (!opened) {
+    if (gated) scan_gate.close();
     errno = saved;
     return false;
   }
   bool seen = false;
-  // Lines are taken one at a time, their first 63 bytes kept: the lines
-  // wanted are short, and the whole file (its Groups line grows with the
-  // process's groups) need not fit anywhere.
-  char line[64];
-  std::size_t len = 0;
-  char buf[1024];  // (status is ~1.4 KiB: three reads, the last one 0)
-  // The first number after `key` (bounded: a test's file may be anything).
-  const auto value_of = [&](const char* key, long* v) {
-    const std::size_t k = std::strlen(key);
-    if (len <= k || std::strncmp(line, key, k) != 0) return false;
-    std::size_t i = k;
-    while (i < len && (line[i] < '0' || line[i] > '9')) ++i;
-    long n = 0;
-    for (; i < len && line[i] >= '0' && line[i] <= '9' && n < 100'000'000; ++i) n = n * 10 + (line[i] - '0');
-    *v = n;
-    return true;
-  };
-  const auto take_line = [&] {
-    line[len] = '\0';
+  const bool whole = each_line(o, [&](const char* line, std::size_t len) {
+    // The first number after `key` (bounded: a test's file may be anything).
+    const auto value_of = [&](const char* key, long* v) {
+      const std::size_t k = std::strlen(key);
+      if (len <= k || std::strncmp(line, key, k) != 0) return false;
+      std::size_t i = k;
+      while (i < len && (line[i] < '0' || line[i] > '9')) ++i;
+      long n = 0;
+      for (; i < len && line[i] >= '0' && line[i] <= '9' && n < 100'000'000; ++i) n = n * 10 + (line[i] - '0');
+      *v = n;
+      return true;
+    };
     if (value_of("Seccomp:", &out->mode)) seen = true;
     if (value_of("Seccomp_filters:", &out->filters)) out->has_filters = true;
     value_of("NoNewPrivs:", &out->nnp);
-    len = 0;
-  };
-  ssize_t r = 0;
-  while ((r = read_own(o, buf, sizeof buf)) > 0) {
-    for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == '\n')
-        take_line();
-      else if (len < sizeof line - 1)
-        line[len++] = buf[i];
-    }
-  }
-  take_line();  // a last line without its newline
+  });
   close_own(o);
+  if (gated) scan_gate.close();
   errno = saved;
-  return seen && r == 0;  // read to its end, still ours
+  return seen && whole;  // read to its end, still ours
 }
 
 // What note_sandbox_at_start read (start_known false until then, and where
