@@ -1,4 +1,4 @@
-// mlockall(MCL_CURRENT) and the reuse cache (reliability.md no. 43). The
+// mlockall(MCL_CURRENT) and the reuse cache (reliability.md no. 45). The
 // kernel populates and locks every read-write page of the process at the
 // call, and a cached block is a used, read-write extent: 64 freed blocks
 // of 4 MiB, one byte of each written, made RSS rise by 256 MiB at the call

@@ -595,7 +595,7 @@ TEST_CASE("large path: a resize whose commits are refused leaves the block as it
 }
 
 // A kernel before 6.12 in overcommit mode 2 unmaps a MAP_FIXED mmap's
-// range before it checks the charge (docs/reliability.md no. 41): a
+// range before it checks the charge (docs/reliability.md no. 43): a
 // refused commit must not leave a hole in the range, released as free,
 // that anyone's mmap may take and a later commit map over.
 TEST_CASE("large path: a refused commit that unmapped its range first: mapped again, then released") {
@@ -675,7 +675,7 @@ TEST_CASE("large path: a refused commit whose hole someone else's mapping took k
 }
 
 // A move into a cached block refused part-way, then the copy's commit
-// refused (docs/reliability.md no. 42): the cached block is dropped whole,
+// refused (docs/reliability.md no. 44): the cached block is dropped whole,
 // no longer counted as mapped (Rig's destructor), none of its pages left
 // resident in the free extent it becomes.
 TEST_CASE("large path: a cached block whose move and then copy were refused is dropped whole") {
