@@ -110,20 +110,8 @@ int main() {
   // machine outlasted). A child that inherited a descriptor from a fork
   // that returned within 2 s is a failure; one from a fork that took longer
   // is counted, not failed.
-  int leaked = 0, excused = 0, slow = 0;
   constexpr int kForks = 400;
-  for (int k = 0; k < kForks; ++k) {
-    const double t0 = lt::now_seconds();
-    const pid_t pid = fork();
-    CHECK(pid >= 0, "fork: %s", std::strerror(errno));
-    if (pid == 0) _exit(child_check());
-    const bool waited_out = lt::now_seconds() - t0 >= 2.0;
-    slow += waited_out ? 1 : 0;
-    int status = 0;
-    CHECK(lt::wait_bounded(pid, 10, &status), "child %d did not end", static_cast<int>(pid));
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 4, "child could not list its descriptors");
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) ++(waited_out ? excused : leaked);
-  }
+  const auto [leaked, excused, slow] = lt::fork_and_check(kForks, 2.0, child_check);
   g_stop.store(true);
   t.join();
   g.join();

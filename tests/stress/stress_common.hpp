@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../lowtide_stats.hpp"
 
@@ -172,6 +174,32 @@ inline void drop(Block& b, const char* where) {
   verify(b, where);
   free(b.p);
   b = Block{};
+}
+
+// Forks `forks` times while the caller's other threads work; each child
+// runs child_check() and exits with its result (3: it holds a descriptor
+// it must not; 4: it could not list its descriptors). A fork that took
+// `slow_s` or longer may have run out a bounded wait of lowtide's fork
+// handler: its child's leak is counted apart (`excused`), not as `leaked`.
+struct ForkLeaks {
+  int leaked = 0, excused = 0, slow = 0;
+};
+template <class Check>
+ForkLeaks fork_and_check(int forks, double slow_s, Check child_check) {
+  ForkLeaks r;
+  for (int k = 0; k < forks; ++k) {
+    const double t0 = now_seconds();
+    const pid_t pid = fork();
+    CHECK(pid >= 0, "fork: %s", std::strerror(errno));
+    if (pid == 0) _exit(child_check());
+    const bool waited_out = now_seconds() - t0 >= slow_s;
+    r.slow += waited_out ? 1 : 0;
+    int status = 0;
+    CHECK(wait_bounded(pid, 10, &status), "child %d did not end", static_cast<int>(pid));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 4, "child could not list its descriptors");
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) ++(waited_out ? r.excused : r.leaked);
+  }
+  return r;
 }
 
 }  // namespace lt
