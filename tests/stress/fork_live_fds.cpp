@@ -49,31 +49,13 @@ void query_loop() {
 // In the child: 0 if no descriptor is lowtide's, 3 if one is, 4 if the list
 // cannot be read.
 int child_check() {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return 4;
-  int rc = 0;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const int fd = std::atoi(e->d_name);
-    if (fd == dirfd(d)) continue;
-    char path[64], target[256];
-    std::snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-    const ssize_t n = readlink(path, target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    bool lowtide = std::strncmp(target, "/proc/", 6) == 0;
+  return lt::child_fds_check([](int fd, const char* target) {
+    if (std::strncmp(target, "/proc/", 6) == 0) return true;
     sockaddr_un a{};
     socklen_t len = sizeof a;
-    if (std::strncmp(target, "socket:", 7) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
-        len > offsetof(sockaddr_un, sun_path) + 8 && std::memcmp(a.sun_path, "\0lowtide/", 9) == 0)
-      lowtide = true;
-    if (lowtide) {
-      std::fprintf(stderr, "child: fd %s is %s\n", e->d_name, target);
-      rc = 3;
-    }
-  }
-  closedir(d);
-  return rc;
+    return std::strncmp(target, "socket:", 7) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+           len > offsetof(sockaddr_un, sun_path) + 8 && std::memcmp(a.sun_path, "\0lowtide/", 9) == 0;
+  });
 }
 
 }  // namespace

@@ -76,23 +76,8 @@ void grow() {
 // In the child: 0 if no descriptor is a /proc file (but the listing's own
 // /proc/<pid>/fd), 3 if one is, 4 if the list cannot be read.
 int child_check() {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return 4;
-  int rc = 0;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    char path[64], target[256];
-    std::snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-    const ssize_t n = readlink(path, target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    if (std::strncmp(target, "/proc/", 6) == 0 && std::strstr(target, "/fd") == nullptr) {
-      std::fprintf(stderr, "child: fd %s is %s\n", e->d_name, target);
-      rc = 3;
-    }
-  }
-  closedir(d);
-  return rc;
+  return lt::child_fds_check(
+      [](int, const char* target) { return std::strncmp(target, "/proc/", 6) == 0 && std::strstr(target, "/fd") == nullptr; });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,6 +175,33 @@ inline void drop(Block& b, const char* where) {
   verify(b, where);
   free(b.p);
   b = Block{};
+}
+
+// In a forked child: 3 if one of its descriptors is one it must not have
+// inherited (bad(fd, the readlink of /proc/self/fd/FD) says which; the
+// listing's own descriptor is skipped), 4 if they cannot be listed, else 0.
+// Each bad one is named on stderr.
+template <class Bad>
+int child_fds_check(Bad bad) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return 4;
+  int rc = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd == dirfd(d)) continue;
+    char path[64], target[256];
+    std::snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    const ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (bad(fd, static_cast<const char*>(target))) {
+      std::fprintf(stderr, "child: fd %s is %s\n", e->d_name, target);
+      rc = 3;
+    }
+  }
+  closedir(d);
+  return rc;
 }
 
 // Forks `forks` times while the caller's other threads work; each child
