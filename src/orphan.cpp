@@ -12,16 +12,27 @@ namespace lowtide::orphan {
 
 namespace {
 
-std::atomic<int> own{0};             // lowtide threads started in this process
+// lowtide's threads alive in this process, by kernel tid (0: a free
+// place), and a generation moved before a thread takes its place and after
+// it leaves it: a look whose generation moved while it read the kernel's
+// count compares nothing (review: a lowtide thread started between the
+// read and the count of lowtide's threads made the one program thread
+// read look like that new thread, and the process was ended under it).
+constexpr int kMaxOwn = 8;
+std::atomic<int> own_tids[kMaxOwn];
+std::atomic<std::uint64_t> own_gen{0};
 std::atomic<bool> leader_left{false};  // the main thread ran its exit destructor
 std::atomic<std::uint64_t> exits{0};   // exits noted since it did
 std::atomic<bool> ending{false};       // exit(0) is under way
-std::atomic<bool> looking{false};      // a check is under way (two threads may check)
+std::atomic<bool> looking{false};      // a look is under way (two threads may look)
 
-// The checker's own (under `looking`).
+// The looker's own (under `looking`).
 constexpr std::uint64_t kSoon = 10'000'000;        // 10 ms after an exit
 constexpr std::uint64_t kAtMost = 1'000'000'000;   // a second otherwise
 std::uint64_t next_ns = 0, interval_ns = kAtMost, exits_seen = 0;
+
+bool (*read_leader)(int, long*) = &pal::leader_gone;
+void (*end_hook)() = nullptr;
 
 // exit(0) on a thread of glibc's default stack size: it runs the program's
 // atexit handlers and destructors and lowtide's exit report, which the
@@ -36,6 +47,10 @@ void* exit_main(void*) {
 
 void end_process() {
   if (ending.exchange(true)) return;
+  if (end_hook != nullptr) {
+    end_hook();
+    return;
+  }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -45,10 +60,40 @@ void end_process() {
   if (rc != 0) std::exit(0);  // no thread left to make: here, small stack or not
 }
 
+// lowtide's threads the kernel still has: a place whose thread is gone (a
+// thread killed on its own, e.g. by a seccomp filter's kill-thread
+// action), or that the kernel will not say of (a sandbox refusing tgkill),
+// is not counted; counting fewer can only keep the process alive.
+long own_alive() {
+  long n = 0;
+  for (auto& s : own_tids) {
+    const int tid = s.load(std::memory_order_seq_cst);
+    if (tid != 0 && pal::thread_state(g.pid, tid) == pal::ThreadState::alive) ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
-void own_thread_started() { own.fetch_add(1, std::memory_order_seq_cst); }
-void own_thread_ending() { own.fetch_sub(1, std::memory_order_seq_cst); }
+void own_thread_started() {
+  own_gen.fetch_add(1, std::memory_order_seq_cst);
+  const int tid = static_cast<int>(current_tid());
+  for (auto& s : own_tids) {
+    int free_place = 0;
+    if (s.compare_exchange_strong(free_place, tid, std::memory_order_seq_cst)) return;
+  }
+  // No place (cannot happen: lowtide has three threads): not counted, so
+  // the process is never ended while it runs.
+}
+
+void own_thread_ending() {
+  const int tid = static_cast<int>(current_tid());
+  for (auto& s : own_tids) {
+    int mine = tid;
+    if (s.compare_exchange_strong(mine, 0, std::memory_order_seq_cst)) break;
+  }
+  own_gen.fetch_add(1, std::memory_order_seq_cst);
+}
 
 bool note_exit() {
   if (current_tid() == static_cast<std::uint32_t>(g.pid)) leader_left.store(true, std::memory_order_seq_cst);
@@ -69,13 +114,16 @@ std::uint64_t check(std::uint64_t now) {
     next_ns = now + kSoon;
   }
   if (now >= next_ns && !ending.load(std::memory_order_relaxed)) {
+    // The threads the kernel counts: the exited leader, lowtide's own, and
+    // no other. A program thread being created is counted from its clone
+    // on, by a creator that is itself counted: none can appear once none
+    // is left. A lowtide thread not yet in its place, or that has left it,
+    // makes the count of lowtide's low: no end, the next look sees it.
+    const std::uint64_t gen = own_gen.load(std::memory_order_seq_cst);
     long threads = 0;
-    // The threads the kernel counts: the exited leader and lowtide's own,
-    // and no other. A thread being created is counted from its clone on,
-    // by a creator that is itself counted: none can appear once none is
-    // left. A lowtide thread not yet at own_thread_started makes `own`
-    // low: no exit, the next look sees it.
-    if (pal::leader_gone(&threads) && threads <= own.load(std::memory_order_seq_cst) + 1) end_process();
+    const bool gone = read_leader(g.pid, &threads);
+    const long own = own_alive();
+    if (gone && own_gen.load(std::memory_order_seq_cst) == gen && threads <= own + 1) end_process();
     next_ns = now + interval_ns;
     interval_ns = interval_ns * 2 < kAtMost ? interval_ns * 2 : kAtMost;
   }
@@ -85,7 +133,7 @@ std::uint64_t check(std::uint64_t now) {
 }
 
 void fork_child() {
-  own.store(0, std::memory_order_relaxed);
+  for (auto& s : own_tids) s.store(0, std::memory_order_relaxed);
   leader_left.store(false, std::memory_order_relaxed);
   exits.store(0, std::memory_order_relaxed);
   ending.store(false, std::memory_order_relaxed);
@@ -93,6 +141,12 @@ void fork_child() {
   next_ns = 0;
   interval_ns = kAtMost;
   exits_seen = 0;
+}
+
+void set_for_test(bool (*reader)(int, long*), void (*end)()) {
+  read_leader = reader != nullptr ? reader : &pal::leader_gone;
+  end_hook = end;
+  fork_child();
 }
 
 }  // namespace lowtide::orphan

@@ -33,4 +33,9 @@ std::uint64_t check(std::uint64_t now);
 // In a forked child: none of lowtide's threads exist there.
 void fork_child();
 
+// Tests: the leader's state read from `reader` instead of pal::leader_gone,
+// and `end` called instead of exit(0) (nullptr: the real ones again);
+// forgets lowtide's threads and every look, as fork_child.
+void set_for_test(bool (*reader)(int, long*), void (*end)());
+
 }  // namespace lowtide::orphan

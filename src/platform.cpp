@@ -961,11 +961,20 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   return ours ? static_cast<long>(got) : -1;
 }
 
-bool leader_gone(long* threads) {
-  char buf[1024];
-  // (read_file reads inside a window of the scan gate: no forked child
-  // gets the descriptor.)
-  if (read_file("/proc/self/stat", buf, sizeof buf) <= 0) return false;
+bool leader_gone(int pid, long* threads) {
+  char path[48], buf[1024];
+  // The leader's own stat, not the process's (/proc/self/stat), which sums
+  // every thread's times under the process's signal lock. read_file reads
+  // inside a window of the scan gate: no forked child gets the descriptor.
+  char digits[12];
+  int nd = 0;
+  for (unsigned v = static_cast<unsigned>(pid); nd == 0 || v != 0; v /= 10) digits[nd++] = static_cast<char>('0' + v % 10);
+  std::size_t at = 0;
+  for (const char* c = "/proc/self/task/"; *c != '\0'; ++c) path[at++] = *c;
+  while (nd > 0) path[at++] = digits[--nd];
+  for (const char* c = "/stat"; *c != '\0'; ++c) path[at++] = *c;
+  path[at] = '\0';
+  if (read_file(path, buf, sizeof buf) <= 0) return false;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. The state is field 3, the
   // number of threads field 20.
@@ -1102,13 +1111,11 @@ void set_status_path_for_test(const char* path) {
 
 std::size_t rss_bytes() {
   char buf[128];
-  // Inside the scans' fork gate: the memory limit reads this inside a
-  // large malloc, and a fork meanwhile would leave the child the descriptor.
-  // 0 (unreadable: callers keep what they had) while a fork is prepared.
-  if (!scan_gate.open()) return 0;
-  const long n = read_file("/proc/self/statm", buf, sizeof buf);
-  scan_gate.close();
-  if (n <= 0) return 0;
+  // (read_file reads inside a window of the scans' fork gate: the memory
+  // limit reads this inside a large malloc, and a fork meanwhile would
+  // leave the child the descriptor. A second window around it made a fork
+  // and this thread wait 10 ms for each other: review.)
+  if (read_file("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
   const char* s = buf;
   while (*s && *s != ' ') ++s;  // skip total size
   while (*s == ' ') ++s;
