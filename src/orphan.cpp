@@ -34,7 +34,7 @@ std::uint64_t next_ns = 0, interval_ns = kAtMost, exits_seen = 0;
 bool (*read_leader)(int, long*) = &pal::leader_gone;
 void (*end_hook)() = nullptr;
 
-// exit(0) on a thread of glibc's default stack size: it runs the program's
+// exit(0) on a thread with a stack of glibc's usual default size: it runs the program's
 // atexit handlers and destructors and lowtide's exit report, which the
 // small stacks of lowtide's threads were not sized for. With no signal
 // blocked, as a program thread would run them.
@@ -51,13 +51,9 @@ void end_process() {
     end_hook();
     return;
   }
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, &exit_main, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) std::exit(0);  // no thread left to make: here, small stack or not
+  // 8 MiB, glibc's usual default, past the static TLS (pal::start_thread).
+  if (pal::start_thread(&exit_main, nullptr, std::size_t{8} << 20) != 0)
+    std::exit(0);  // no thread left to make: here, small stack or not
 }
 
 // lowtide's threads the kernel still has: a place whose thread is gone (a

@@ -911,30 +911,59 @@ bool file_window_open() {
   return gated;
 }
 
-// Reads o to its end a line at a time, calling take(line, len) on each
-// line's first 63 bytes (NUL-terminated; the status lines wanted are
-// short, and the whole file, whose Groups line grows with the process's
-// groups, need not fit anywhere), the last one even without its newline.
-// false: a read failed (or the fd is not ours any more).
-template <class Take>
-bool each_line(const OwnFd& o, Take&& take) {
+// The first number on each line of a status-like file that starts with
+// one of keys[0..n) (values[k], 0 if none; bit k of *found set), the file
+// read to its end a line at a time, each line's first 63 bytes kept (the
+// lines wanted are short, and the whole file, whose Groups line grows
+// with the process's groups, need not fit anywhere), the last line even
+// without its newline. Opened inside a file window (file_window_open);
+// where `path` is missing (ENOENT) and `fallback` is not null, `fallback`.
+// false: not opened, or not read to its end (a read failed, the fd was
+// not ours any more). errno kept.
+bool status_fields(const char* path, const char* fallback, const char* const* keys, std::uint64_t* values,
+                   std::size_t n, unsigned* found) {
+  for (std::size_t k = 0; k < n; ++k) values[k] = 0;
+  *found = 0;
+  const int saved = errno;
+  const bool gated = file_window_open();
+  OwnFd o;
+  bool opened = open_regular(path, &o);
+  if (!opened && fallback != nullptr && errno == ENOENT) opened = open_regular(fallback, &o);
+  if (!opened) {
+    if (gated) scan_gate.close();
+    errno = saved;
+    return false;
+  }
   char line[64];
   std::size_t len = 0;
+  const auto take_line = [&] {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t kl = std::strlen(keys[k]);
+      if (len <= kl || std::strncmp(line, keys[k], kl) != 0) continue;
+      std::size_t i = kl;
+      while (i < len && (line[i] < '0' || line[i] > '9')) ++i;
+      std::uint64_t v = 0;  // bounded: a test's file may hold anything
+      for (; i < len && line[i] >= '0' && line[i] <= '9' && v < (std::uint64_t{1} << 50); ++i)
+        v = v * 10 + static_cast<std::uint64_t>(line[i] - '0');
+      values[k] = v;
+      *found |= 1u << k;
+    }
+    len = 0;
+  };
   char buf[1024];  // (status is ~1.4 KiB: three reads, the last one 0)
   ssize_t r = 0;
   while ((r = read_own(o, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == '\n') {
-        line[len] = '\0';
-        take(static_cast<const char*>(line), len);
-        len = 0;
-      } else if (len < sizeof line - 1) {
+      if (buf[i] == '\n')
+        take_line();
+      else if (len < sizeof line - 1)
         line[len++] = buf[i];
-      }
     }
   }
-  line[len] = '\0';
-  take(static_cast<const char*>(line), len);
+  take_line();
+  close_own(o);
+  if (gated) scan_gate.close();
+  errno = saved;
   return r == 0;
 }
 }  // namespace
@@ -966,14 +995,11 @@ bool leader_gone(int pid, long* threads) {
   // The leader's own stat, not the process's (/proc/self/stat), which sums
   // every thread's times under the process's signal lock. read_file reads
   // inside a window of the scan gate: no forked child gets the descriptor.
-  char digits[12];
-  int nd = 0;
-  for (unsigned v = static_cast<unsigned>(pid); nd == 0 || v != 0; v /= 10) digits[nd++] = static_cast<char>('0' + v % 10);
-  std::size_t at = 0;
-  for (const char* c = "/proc/self/task/"; *c != '\0'; ++c) path[at++] = *c;
-  while (nd > 0) path[at++] = digits[--nd];
-  for (const char* c = "/stat"; *c != '\0'; ++c) path[at++] = *c;
-  path[at] = '\0';
+  char* o = path;
+  for (const char* t = "/proc/self/task/"; *t != '\0'; ++t) *o++ = *t;
+  o = put_decimal(o, path + sizeof path - 8, static_cast<unsigned long>(pid));
+  for (const char* t = "/stat"; *t != '\0'; ++t) *o++ = *t;
+  *o = '\0';
   if (read_file(path, buf, sizeof buf) <= 0) return false;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. The state is field 3, the
@@ -996,30 +1022,8 @@ bool leader_gone(int pid, long* threads) {
 }
 
 bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n) {
-  for (std::size_t k = 0; k < n; ++k) kib[k] = 0;
-  const int saved = errno;
-  const bool gated = file_window_open();
-  OwnFd o;
-  if (!open_regular("/proc/self/status", &o)) {
-    if (gated) scan_gate.close();
-    errno = saved;
-    return false;
-  }
-  const bool whole = each_line(o, [&](const char* line, std::size_t len) {
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t kl = std::strlen(keys[k]);
-      if (len <= kl || std::strncmp(line, keys[k], kl) != 0) continue;
-      std::size_t i = kl;
-      while (i < len && (line[i] == ' ' || line[i] == '\t')) ++i;
-      std::uint64_t v = 0;
-      for (; i < len && line[i] >= '0' && line[i] <= '9' && v < (std::uint64_t{1} << 50); ++i) v = v * 10 + static_cast<std::uint64_t>(line[i] - '0');
-      kib[k] = v;
-    }
-  });
-  close_own(o);
-  if (gated) scan_gate.close();
-  errno = saved;
-  return whole;
+  unsigned found = 0;
+  return status_fields("/proc/self/status", nullptr, keys, kib, n, &found);
 }
 
 namespace {
@@ -1036,38 +1040,17 @@ struct SeccompState {
 std::atomic<const char*> status_path{nullptr};
 bool read_seccomp(SeccompState* out) {
   const char* path = status_path.load(std::memory_order_relaxed);
-  const int saved = errno;
-  const bool gated = file_window_open();
-  OwnFd o;
-  bool opened = open_regular(path != nullptr ? path : "/proc/thread-self/status", &o);
-  if (!opened && path == nullptr && errno == ENOENT)  // before 3.17
-    opened = open_regular("/proc/self/status", &o);
-  if (!opened) {
-    if (gated) scan_gate.close();
-    errno = saved;
-    return false;
-  }
-  bool seen = false;
-  const bool whole = each_line(o, [&](const char* line, std::size_t len) {
-    // The first number after `key` (bounded: a test's file may be anything).
-    const auto value_of = [&](const char* key, long* v) {
-      const std::size_t k = std::strlen(key);
-      if (len <= k || std::strncmp(line, key, k) != 0) return false;
-      std::size_t i = k;
-      while (i < len && (line[i] < '0' || line[i] > '9')) ++i;
-      long n = 0;
-      for (; i < len && line[i] >= '0' && line[i] <= '9' && n < 100'000'000; ++i) n = n * 10 + (line[i] - '0');
-      *v = n;
-      return true;
-    };
-    if (value_of("Seccomp:", &out->mode)) seen = true;
-    if (value_of("Seccomp_filters:", &out->filters)) out->has_filters = true;
-    value_of("NoNewPrivs:", &out->nnp);
-  });
-  close_own(o);
-  if (gated) scan_gate.close();
-  errno = saved;
-  return seen && whole;  // read to its end, still ours
+  static constexpr const char* kKeys[] = {"Seccomp:", "Seccomp_filters:", "NoNewPrivs:"};
+  std::uint64_t v[3];
+  unsigned found = 0;
+  // /proc/self/status before 3.17, which has no /proc/thread-self.
+  const bool whole = status_fields(path != nullptr ? path : "/proc/thread-self/status",
+                                   path != nullptr ? nullptr : "/proc/self/status", kKeys, v, 3, &found);
+  out->mode = static_cast<long>(v[0]);
+  out->filters = static_cast<long>(v[1]);
+  out->has_filters = (found & 2u) != 0;
+  out->nnp = static_cast<long>(v[2]);
+  return (found & 1u) != 0 && whole;  // read to its end, still ours
 }
 
 // What note_sandbox_at_start read (start_known false until then, and where
