@@ -934,7 +934,7 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
     errno = saved;
     return false;
   }
-  char line[64];
+  char line[64] = {};  // (cppcheck cannot see that take_line reads only what was written)
   std::size_t len = 0;
   const auto take_line = [&] {
     for (std::size_t k = 0; k < n; ++k) {
