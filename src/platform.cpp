@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -767,16 +768,70 @@ std::size_t resident_bytes(const void* p, std::size_t len) {
   return bytes;
 }
 
-void write_stderr(const char* s, std::size_t n) {
+NoSigpipe::NoSigpipe() noexcept {
+  sigemptyset(&pipe_);
+  sigaddset(&pipe_, SIGPIPE);
+  sigset_t pending;
+  was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+}
+
+NoSigpipe::~NoSigpipe() {
+  sigset_t pending;
+  if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+    timespec zero{0, 0};
+    sigtimedwait(&pipe_, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+namespace {
+// Set when a write to fd 2 ran out of time, cleared when one goes through:
+// a process whose stderr nobody drains pays the wait once, not per line.
+std::atomic<bool> stderr_stuck{false};
+}  // namespace
+
+int write_stderr_within(const char* s, std::size_t n, std::uint64_t budget_ns) {
+  NoSigpipe guard;
+  struct stat st;
+  const bool regular = ::fstat(2, &st) == 0 && S_ISREG(st.st_mode);
+  if (stderr_stuck.load(std::memory_order_relaxed)) budget_ns = 0;
+  const std::uint64_t until_ns = now_ns() + budget_ns;
+  // fd 2 is shared with other processes, so it stays as it is (blocking,
+  // mostly): each write waits for POLLOUT and is at most kChunk bytes, which
+  // a pipe (a free slot of PIPE_BUF), a socket or a terminal reporting
+  // POLLOUT takes without blocking. A regular file never blocks.
+  constexpr std::size_t kChunk = 512;
   while (n > 0) {
-    ssize_t w = ::write(2, s, n);
+    if (!regular) {
+      const std::uint64_t now = now_ns();
+      pollfd pf{2, POLLOUT, 0};
+      const int wait_ms = now >= until_ns ? 0 : static_cast<int>((until_ns - now) / 1'000'000u) + 1;
+      const int r = ::poll(&pf, 1, wait_ms);
+      if (r < 0 && errno != EINTR) return -1;
+      if (r <= 0) {
+        if (now_ns() < until_ns) continue;  // EINTR, or woken early
+        stderr_stuck.store(true, std::memory_order_relaxed);
+        errno = ETIMEDOUT;
+        return -1;
+      }
+    }
+    const ssize_t w = ::write(2, s, regular || n < kChunk ? n : kChunk);
     if (w < 0) {
-      if (errno == EINTR) continue;
-      return;
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -1;
     }
     s += w;
     n -= static_cast<std::size_t>(w);
   }
+  stderr_stuck.store(false, std::memory_order_relaxed);
+  return 0;
+}
+
+void write_stderr(const char* s, std::size_t n) {
+  const int saved = errno;
+  (void)write_stderr_within(s, n, 2'000'000'000u);
+  errno = saved;
 }
 
 namespace {

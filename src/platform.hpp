@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <csignal>
 #include <cstdint>
 
 namespace lowtide::pal {
@@ -257,7 +258,34 @@ std::uint64_t* shared_counter_create(int* fd, std::uint64_t* dev, std::uint64_t*
 // nullptr if neither is the counter.
 std::uint64_t* shared_counter_open(int pid, int fd, std::uint64_t dev, std::uint64_t ino);
 
-// Unbuffered write to fd 2, looping over partial writes.
+// SIGPIPE blocked on this thread for a scope, and the one a write in it
+// raised taken back (one already pending before is left for the process):
+// writing to a pipe or FIFO whose reader is gone then fails with EPIPE
+// instead of ending the process.
+class NoSigpipe {
+ public:
+  NoSigpipe() noexcept;
+  ~NoSigpipe();
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+// Writes s to fd 2 (stderr is reached only through fd 2), SIGPIPE blocked
+// (NoSigpipe), within budget_ns: a regular file is written whole; anything
+// else (a pipe nobody drains, a terminal stopped by ^S, an fd 2 someone
+// made non-blocking) is written in chunks of at most 512 bytes, each after
+// poll says POLLOUT, so no write blocks, until the budget runs out. 0, or
+// -1 with errno (ETIMEDOUT: the rest unwritten, EPIPE: no reader). Once one
+// call ran out of time, later ones take no time waiting (fd 2 is stuck)
+// until one goes through whole. Allocates nothing; async-signal-safe.
+int write_stderr_within(const char* s, std::size_t n, std::uint64_t budget_ns);
+// A warning or a fatal line: write_stderr_within(s, n, 2 s), errno kept.
+// Before 2026-12-06 a plain write(2): a bad LOWTIDE_* value in a process
+// whose stderr was a full pipe hung it for good, and one whose stderr
+// reader was gone died of SIGPIPE (reliability.md no. 49).
 void write_stderr(const char* s, std::size_t n);
 // Read a whole small regular file (e.g. under /proc; never a FIFO or a
 // device, so it never blocks) into buf; returns bytes read or

@@ -23,35 +23,6 @@ namespace {
 
 std::atomic<std::uint64_t> n_dropped{0};
 
-// SIGPIPE blocked while a report is written to a pipe or FIFO whose reader
-// may be gone, and the one that write raised taken back, so that writing a
-// report never changes how the process ends. (One already pending before is
-// left for the process.)
-class NoSigpipe {
- public:
-  NoSigpipe() noexcept {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~NoSigpipe() {
-    sigset_t pending;
-    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-      timespec zero{0, 0};
-      sigtimedwait(&pipe_, nullptr, &zero);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  NoSigpipe(const NoSigpipe&) = delete;
-  NoSigpipe& operator=(const NoSigpipe&) = delete;
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-};
-
 bool write_all(int fd, const char* p, std::size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
@@ -389,7 +360,7 @@ bool write_through(int dfd, const char* base, const char* body, std::size_t n, b
   }
   bool ok;
   {
-    NoSigpipe guard;
+    pal::NoSigpipe guard;
     ok = write_all_until(fd, body, n, pal::now_ns() + kThroughBudgetNs);
   }
   int e = errno;
@@ -436,39 +407,12 @@ int write_stderr(const char* body, std::size_t n) {
     errno = EBADF;
     return -1;
   }
-  NoSigpipe guard;
-  struct stat st;
-  if (::fstat(2, &st) == 0 && S_ISREG(st.st_mode)) return write_all(2, body, n) ? 0 : -1;
   // A pipe nobody drains, a terminal stopped with ^S: the same bound as a
   // FIFO at a report's name (write_through), or the exit (from the SIGTERM
-  // handler too) waits for ever. fd 2 is shared with other processes, so it
-  // stays blocking: each write waits for POLLOUT and is at most
-  // kStderrChunk bytes, which a pipe (a free slot of PIPE_BUF), a socket or
-  // a terminal reporting POLLOUT takes without blocking.
-  constexpr std::size_t kStderrChunk = 512;
-  const std::uint64_t until_ns = pal::now_ns() + kThroughBudgetNs;
-  while (n > 0) {
-    const std::uint64_t now = pal::now_ns();
-    if (now >= until_ns) {
-      n_dropped.fetch_add(1, std::memory_order_relaxed);  // cut short: counted as dropped
-      errno = ETIMEDOUT;
-      return -1;
-    }
-    pollfd pf{2, POLLOUT, 0};
-    const int r = ::poll(&pf, 1, static_cast<int>((until_ns - now) / 1'000'000u) + 1);
-    if (r <= 0) {
-      if (r < 0 && errno != EINTR) return -1;
-      continue;
-    }
-    const ssize_t w = ::write(2, body, n < kStderrChunk ? n : kStderrChunk);
-    if (w < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return -1;
-    }
-    body += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return 0;
+  // handler too) waits for ever.
+  if (pal::write_stderr_within(body, n, kThroughBudgetNs) == 0) return 0;
+  if (errno == ETIMEDOUT) n_dropped.fetch_add(1, std::memory_order_relaxed);  // cut short: counted as dropped
+  return -1;
 }
 
 int write_path(const char* path, const char* body, std::size_t n, bool secure, PathBuf* pb, bool periodic) {
