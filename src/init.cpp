@@ -109,6 +109,7 @@ void after_fork_child() {
 void init_once() {
   int saved = errno;
   g.pid = static_cast<int>(::getpid());
+  pal::fork_gates_init(g.pid);
   bool secure = ::getauxval(AT_SECURE) != 0;
   g.secure = secure;
   // Before small::configure's first mi_malloc: from here on mimalloc never

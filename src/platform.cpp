@@ -638,6 +638,23 @@ namespace {
 thread_local int own_windows[ForkGate::kGates];
 }  // namespace
 
+namespace {
+std::atomic<int> gates_pid{0};
+}  // namespace
+
+void fork_gates_init(int pid) { gates_pid.store(pid, std::memory_order_relaxed); }
+
+bool ForkGate::adopt() {
+  int o = owner.load(std::memory_order_relaxed);
+  if (o == 0) o = gates_pid.load(std::memory_order_relaxed);
+  const int me = static_cast<int>(::getpid());
+  if (o == 0 || o == me) return false;
+  owner.store(me, std::memory_order_relaxed);
+  windows.store(own_windows[which], std::memory_order_seq_cst);
+  forking.store(0, std::memory_order_seq_cst);
+  return true;
+}
+
 bool ForkGate::open() {
   windows.fetch_add(1, std::memory_order_seq_cst);
   if (forking.load(std::memory_order_seq_cst) == 0) {
@@ -647,6 +664,9 @@ bool ForkGate::open() {
   int n = windows.load(std::memory_order_seq_cst);
   while (n > 0 && !windows.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
   }
+  // A fork under way, or the count of one the parent was preparing when
+  // this process was made without fork's handlers.
+  if (adopt()) return open();
   return false;
 }
 void ForkGate::close() {
@@ -656,6 +676,7 @@ void ForkGate::close() {
   }
 }
 bool ForkGate::fork_wait() {
+  adopt();
   forking.fetch_add(1, std::memory_order_seq_cst);
   const int mine = own_windows[which];
   if (windows.load(std::memory_order_seq_cst) <= mine) return true;
@@ -671,6 +692,7 @@ void ForkGate::fork_done(bool child) {
     // The only thread: a window of its own a handler's fork interrupted
     // closes into the guards above.
     own_windows[which] = 0;
+    owner.store(static_cast<int>(::getpid()), std::memory_order_relaxed);
     windows.store(0, std::memory_order_relaxed);
     forking.store(0, std::memory_order_seq_cst);
     return;

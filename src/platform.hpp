@@ -199,6 +199,16 @@ struct ForkGate {
   static constexpr int kGates = 2;  // the large path's holes (0), the scans (1)
   std::atomic<int> windows{0};
   std::atomic<int> forking{0};
+  // The process whose threads the counts are of: 0 for the one
+  // fork_gates_init named, else the child fork_done(true) ran in. A process
+  // made without fork's handlers (_Fork, clone) inherits counts of threads
+  // it does not have: its first fork, or its first window opened while the
+  // parent was preparing a fork, sees another pid and starts the counts
+  // afresh (adopt) instead of waiting 2 s at every fork, or never opening a
+  // window. (A clone(CLONE_VM) child without CLONE_THREAD that forks would
+  // reset its parent's counts: the parent's fork may then not wait for a
+  // window open at that moment.)
+  std::atomic<int> owner{0};
   int which = 0;  // this gate's index into the threads' own counts
   bool open();   // false (nothing open) while a fork is being prepared
   void close();  // never below 0: a child's reset may have come between
@@ -207,7 +217,13 @@ struct ForkGate {
   // After the fork: the parent lets its fork go; the child has neither
   // window nor fork under way.
   void fork_done(bool child);
+  // True (and the counts are this thread's own windows, no fork under way)
+  // where owner names another process than this one. A system call: only
+  // on fork's and the refused window's paths.
+  bool adopt();
 };
+// The process the gates' counts are of, from lowtide's start (init.cpp).
+void fork_gates_init(int pid);
 
 // How many resident_bytes calls the scan has answered, and how many scans
 // hold a descriptor now (for tests).
@@ -220,8 +236,8 @@ int scans_open_now();
 // is done. A fork from a signal handler that interrupted a scan of its own
 // thread does not wait for it, and that scan, resumed in the child, reads
 // the parent's pagemap once (a wrong measure of one block, then closed). A
-// child made without fork's handlers (clone, _Fork) while another thread's
-// scan was open keeps a count that makes its own forks wait 2 s each.
+// child made without fork's handlers (clone, _Fork) starts the counts
+// afresh at its first fork (ForkGate::owner).
 void fork_wait_scans();
 void fork_scans_done(bool child);
 // A window of the same gate for the descriptors lowtide's threads open for

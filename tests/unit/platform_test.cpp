@@ -231,6 +231,41 @@ TEST_CASE("fork gate: a fork waits for other threads' windows, never for its own
   }
 }
 
+// A process made without fork's handlers (_Fork, clone) inherits the
+// counts of threads it does not have: its forks start them afresh instead
+// of waiting out the bound (2 s) each, and a window opens even where the
+// parent was preparing a fork. Until 2026-12-06 the first CHECK failed
+// (the wait ran out) and the last one too (no window ever opened).
+TEST_CASE("fork gate: counts inherited without fork's handlers are dropped") {
+  pal::ForkGate gate;
+  std::thread stale([&] { REQUIRE(gate.open()); });  // ends with its window open
+  stale.join();
+  const int other = static_cast<int>(::getpid()) + 1;
+  SECTION("our own process: the window is waited for") {
+    gate.owner.store(static_cast<int>(::getpid()));
+    CHECK_FALSE(gate.fork_wait());  // nobody will close it: the bound runs out
+    gate.fork_done(false);
+  }
+  SECTION("another process's counts: dropped at the fork") {
+    REQUIRE(gate.open());  // one of this thread's own, kept
+    gate.owner.store(other);
+    CHECK(gate.fork_wait());
+    CHECK(gate.windows.load() == 1);
+    CHECK(gate.owner.load() == static_cast<int>(::getpid()));
+    gate.fork_done(false);
+    gate.close();
+    CHECK(gate.windows.load() == 0);
+  }
+  SECTION("another process's fork under way: a window still opens") {
+    gate.forking.store(1);
+    gate.owner.store(other);
+    CHECK(gate.open());
+    CHECK(gate.forking.load() == 0);
+    gate.close();
+    CHECK(gate.windows.load() == 0);
+  }
+}
+
 // While a fork is being prepared no scan opens its descriptor (the child
 // would keep it): resident_bytes answers by mincore, with the same count.
 TEST_CASE("resident_bytes: no scan while a fork is being prepared") {
