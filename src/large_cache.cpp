@@ -902,8 +902,9 @@ void* decay_main(void*) {
 }
 
 // The helper thread that returns cached blocks once the process goes quiet.
-// Started at the first large allocation (a process that never makes one has
-// no extra thread), with every signal blocked so it never takes the host's
+// Started at the first large allocation, or at the exit of a thread that
+// handed out kExitStartBytes of small blocks (note_thread_exit; a process
+// that does neither has no extra thread), with every signal blocked so it never takes the host's
 // signals. Not from free(): glibc frees dlopen'ed modules' TLS blocks while
 // holding its stack-cache lock, which pthread_create takes too.
 //
@@ -1040,7 +1041,7 @@ void note_large_allocation() {
   }
 }
 
-void note_thread_exit() {
+void note_thread_exit(std::uint64_t small_out) {
   // A maximum, not a store: a thread preempted between its clock read and
   // its store must not move the time back past a later exit.
   const std::uint64_t now = pal::now_ns();
@@ -1051,6 +1052,15 @@ void note_thread_exit() {
   // decay thread looks soon rather than at the end of a sleep of up to a
   // second (a wake per exit only in such a process).
   if (orphan::note_exit()) wake_decay();
+  // Not from free (start_thread says why): here, on the exiting thread's
+  // key destructor, no lock of glibc's is held, and the thread's counter
+  // slot still takes the TLS glibc allocates for the new thread.
+  if (small_out >= kExitStartBytes && production_cache.cap() != 0 &&
+      !thread_started.load(std::memory_order_relaxed)) {
+    const int saved = errno;
+    start_thread();
+    errno = saved;
+  }
 }
 
 // The start lock first: a start in progress may take the cache's lock

@@ -465,12 +465,17 @@ constexpr std::size_t auto_cap(std::uint64_t ram) {
 }
 
 // At the start of every exiting thread's key destructor (stats::init's
-// hook): notes the time, so that the decay thread, where there is one, has
-// what mimalloc keeps of exited threads' pages go back once no thread has
-// exited for a while (init's small_collect). Not a reason to start the
-// thread: a process that never made a large allocation keeps mimalloc's
-// own behaviour (and has no lowtide-live socket either).
-void note_thread_exit();
+// hook), given the small-block bytes the thread handed out in its life:
+// notes the time, so that the decay thread has what mimalloc keeps of
+// exited threads' pages go back once no thread has exited for a while
+// (init's small_collect). A thread that handed out kExitStartBytes or more
+// starts the decay thread (and the live server with it) where no large
+// allocation has yet: its pages are worth a thread, and without one they
+// stay resident for as long as the process runs (mimalloc 2.0.9 purges
+// only inside later calls). A thread that handed out less (a pool's short
+// task, thread-churn's one block) starts nothing.
+constexpr std::uint64_t kExitStartBytes = std::uint64_t{4} << 20;
+void note_thread_exit(std::uint64_t small_out);
 
 // small_committed: mimalloc's committed bytes (the demand rule of the decay
 // thread); may be null. thread_start_hook (may be null): run each time the

@@ -67,7 +67,7 @@ std::uint64_t retired_threads = 0;
 pthread_key_t exit_key;
 bool have_key = false;
 void (*flush_cache)(small::ThreadCache*) = nullptr;  // init's: the small path's cache_flush
-void (*thread_exited)() = nullptr;                   // init's: cache::note_thread_exit
+void (*thread_exited)(std::uint64_t) = nullptr;                   // init's: cache::note_thread_exit
 std::size_t (*shelf_bytes)() = nullptr;  // init's: the small path's shelf_bytes
 std::size_t (*cache_bytes)(const small::ThreadCache*) = nullptr;  // and its cache_bytes
 
@@ -259,7 +259,7 @@ void close_cache() {
 // why the slot waits in `exiting` rather than being folded here.
 void on_thread_exit(void* v) {
   auto* s = static_cast<Slot*>(v);
-  if (thread_exited != nullptr) thread_exited();
+  if (thread_exited != nullptr) thread_exited(__atomic_load_n(&s->c[small_out], __ATOMIC_RELAXED));
   // Its cached small blocks go back to mimalloc, and whatever the thread
   // still frees goes straight there (design.md "The thread cache": why a
   // thread caches only once warm).
@@ -487,7 +487,7 @@ void snapshot(Snapshot* snap, bool try_only) {
 }
 
 void init(void (*flush)(small::ThreadCache*), std::size_t (*bytes)(const small::ThreadCache*),
-          std::size_t (*shelved)(), void (*exited)()) {
+          std::size_t (*shelved)(), void (*exited)(std::uint64_t)) {
   flush_cache = flush;
   thread_exited = exited;
   cache_bytes = bytes;

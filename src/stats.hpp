@@ -207,9 +207,10 @@ void snapshot(Snapshot* snap, bool try_only);
 // on the shelves (small::cache_flush, small::cache_bytes,
 // small::shelf_bytes; the registry does not call the small path itself),
 // and what runs first in every exiting thread's key destructor, on that
-// thread (cache::note_thread_exit; may be null).
+// thread, given the small-block bytes the thread handed out in its life
+// (cache::note_thread_exit; may be null).
 void init(void (*flush_cache)(small::ThreadCache*), std::size_t (*cache_bytes)(const small::ThreadCache*),
-          std::size_t (*shelf_bytes)(), void (*thread_exited)());
+          std::size_t (*shelf_bytes)(), void (*thread_exited)(std::uint64_t small_out));
 void fork_prepare();
 void fork_parent();
 void fork_child();

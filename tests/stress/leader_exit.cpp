@@ -22,6 +22,10 @@
 //           process must not then be taken for one with no thread of its
 //           own left while the worker runs (lowtide's count of its threads
 //           goes down with it)
+//   exitstart as worker, but main makes no large allocation: it hands out
+//           8 MiB of small blocks, so its own exit (pthread_exit's key
+//           destructors) is what starts the decay thread and the live
+//           server (cache::note_thread_exit), while the worker runs
 #include <cerrno>
 #include <cstddef>
 #include <csignal>
@@ -96,9 +100,20 @@ void end_live_thread() {
 
 [[noreturn]] void child(const char* which) {
   std::atexit(&at_end);
-  void* volatile p = std::malloc(std::size_t{4} << 20);  // large: the decay thread starts
-  std::memset(p, 1, 4096);
-  std::free(p);
+  if (std::strcmp(which, "exitstart") == 0) {
+    for (int i = 0; i < 8192; ++i) {
+      void* volatile q = std::malloc(1000);  // small: starts nothing yet
+      std::memset(q, 1, 8);
+      std::free(q);
+    }
+    char cmd[96];
+    std::snprintf(cmd, sizeof cmd, "grep -qs lowtide- /proc/%d/task/*/comm", static_cast<int>(getpid()));
+    if (std::system(cmd) == 0) _exit(6);  // a lowtide thread already: the case would test nothing
+  } else {
+    void* volatile p = std::malloc(std::size_t{4} << 20);  // large: the decay thread starts
+    std::memset(p, 1, 4096);
+    std::free(p);
+  }
   if (std::strcmp(which, "liveend") == 0) end_live_thread();
   if (std::strcmp(which, "alone") == 0) {
     say("worker\n");  // no worker: the line the parent expects first
@@ -171,5 +186,6 @@ int main(int argc, char** argv) {
   ok = run_case(argv[0], "worker", none) && ok;
   ok = run_case(argv[0], "report", report) && ok;
   ok = run_case(argv[0], "liveend", none) && ok;
+  ok = run_case(argv[0], "exitstart", none) && ok;
   return ok ? 0 : 1;
 }
