@@ -74,8 +74,10 @@ def run_env(name, lib, out):
     env = {k: v for k, v in os.environ.items()
            if k != "LD_PRELOAD" and (name == "lowtide" or not k.startswith("LOWTIDE_"))}
     if name == "lowtide":
+        # LOWTIDE_STATS_FILE is a pattern: a "%" of the directory's own
+        # ("--out 100%", "run%p") doubled, or lowtide would write elsewhere.
         return preload.lowtide_env(lib, env, stats="json",
-                                   stats_file=os.path.join(out, REPORT_GLOB.replace("*", "%p")))
+                                   stats_file=os.path.join(out.replace("%", "%%"), REPORT_GLOB.replace("*", "%p")))
     if lib:
         env["LD_PRELOAD"] = lib
     if name in PRESETS:
@@ -139,7 +141,8 @@ def main(lib, command, peers, out, interval):
     if runs is None:
         return 2
     os.makedirs(out, exist_ok=True)
-    for old in glob.glob(os.path.join(out, REPORT_GLOB)):
+    # The directory's own "[", "*" or "?" are not a pattern (glob.escape).
+    for old in glob.glob(os.path.join(glob.escape(out), REPORT_GLOB)):
         os.remove(old)
     if os.environ.get("LD_PRELOAD"):
         say("LD_PRELOAD=%s is left out of every run, so each run has only its allocator"
@@ -185,7 +188,7 @@ def main(lib, command, peers, out, interval):
 
 def lowtide_section(out):
     """The compare.md section with lowtide's merged report(s)."""
-    files = sorted(glob.glob(os.path.join(out, REPORT_GLOB)))
+    files = sorted(glob.glob(os.path.join(glob.escape(out), REPORT_GLOB)))
     rows, total, problems = reports.load_and_merge(files)
     for p in problems:
         say(p)

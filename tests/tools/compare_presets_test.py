@@ -64,4 +64,17 @@ with tempfile.TemporaryDirectory(prefix="lowtide-presets-") as tmp:
     check(rc == 2 and "unknown allocator(s) glibc-tunned" in err and "jemalloc-tuned" in err,
           "an unknown name is refused, the known ones listed: rc %d %r" % (rc, err))
 
+    # An output directory whose name has "%" (LOWTIDE_STATS_FILE's pattern
+    # character) or "[" (glob's): lowtide's report is written there and
+    # found. Before, "%p" and "%%" sent it elsewhere and "[1]" hid it from
+    # the glob: compare.md said "lowtide wrote no report".
+    for name in ("run%p", "100%%", "run[1]"):
+        odd = os.path.join(tmp, name)
+        rc, stdout, err = run([launcher, "compare", "--with", "lowtide", "--out", odd, "--",
+                               "/usr/bin/python3", "-c", "b = bytearray(3 << 20)"], env, timeout=120)
+        written = [n for n in os.listdir(odd) if n.startswith("lowtide-report.")] if os.path.isdir(odd) else []
+        check(rc == 0 and len(written) == 1, "--out %s: rc %d, one report in it: %r" % (name, rc, written))
+        check("From 1 JSON report(s)" in stdout and "wrote no report" not in stdout,
+              "--out %s: compare.md has lowtide's report: %s" % (name, stdout[-600:]))
+
 finish()
