@@ -165,9 +165,16 @@ def dispatch(argv, lib_candidates, build_hint, version=None):
     lib = locate.find_library(lib_candidates, build_hint)
     if lib is None:
         return 1
+    from . import preload
+    why = preload.unpreloadable(lib)
     if a.cmd == "lib":
         print(lib)
+        if why is not None:
+            print("lowtide lib: warning: %s" % why, file=sys.stderr)
         return 0
+    if why is not None:
+        print("lowtide %s: %s" % (a.cmd, why), file=sys.stderr)
+        return 1
     if a.cmd == "doctor":
         from . import doctor_cmd
         return doctor_cmd.main(lib, command, version=version or locate.build_version(lib),

@@ -25,6 +25,19 @@ def check_settings(lib, settings):
     return [ln for ln in lines if ln.startswith("lowtide: warning: LOWTIDE_")]
 
 
+def unpreloadable(lib):
+    """Why lib cannot be an entry of LD_PRELOAD, or None. ld.so splits the
+    list at every space and colon, with no way to quote one: a library in
+    "/home/me/my tools/..." would be two entries that do not exist, ld.so
+    would say so and go on, and the command would run without lowtide."""
+    bad = [c for c in (" ", ":") if c in lib]
+    if not bad:
+        return None
+    return ("the library's path %r has %s, which LD_PRELOAD cannot hold (ld.so splits its list there): "
+            "a command would run without lowtide. Build or install lowtide where its path has none, or "
+            "preload it by a link from such a path (LD_PRELOAD=/opt/lowtide/liblowtide.so CMD)" % (lib, " and ".join({" ": "a space", ":": "a colon"}[c] for c in bad)))
+
+
 def prepend_preload(lib, current):
     """LD_PRELOAD with lib first and every other entry of current kept
     (ld.so splits the list on spaces and colons)."""

@@ -30,6 +30,25 @@ with tempfile.TemporaryDirectory(prefix="lowtide-nobuild-") as empty:
     check(rc == 1 and out == "" and os.path.join(empty, "src", "liblowtide.so") in err,
           "lib with an empty LOWTIDE_BUILD_DIR: rc %d, %r" % (rc, err))
 
+# A library whose path has a space or a colon cannot be preloaded (ld.so
+# splits LD_PRELOAD there): run refuses, rather than running the command
+# without lowtide (before: ld.so's two "cannot be preloaded" lines, exit 0,
+# no report); lib still prints the path, with a warning.
+with tempfile.TemporaryDirectory(prefix="lowtide-spaced-") as tmp:
+    for odd in ("my build", "my:build"):
+        spaced = os.path.join(tmp, odd)
+        os.makedirs(os.path.join(spaced, "src"))
+        with open(lib, "rb") as src, open(os.path.join(spaced, "src", "liblowtide.so"), "wb") as dst:
+            dst.write(src.read())
+        report = os.path.join(tmp, "r.txt")
+        rc, out, err = run([launcher, "run", "--stats-file", report, "--", py, "-c", "pass"],
+                           clean_env(LOWTIDE_BUILD_DIR=spaced))
+        check(rc == 1 and "LD_PRELOAD cannot hold" in err and "cannot be preloaded" not in err
+              and not os.path.exists(report), "run with the library under %r: refused: rc %d %r" % (odd, rc, err))
+        rc, out, err = run([launcher, "lib"], clean_env(LOWTIDE_BUILD_DIR=spaced))
+        check(rc == 0 and out.strip().endswith(os.path.join(odd, "src", "liblowtide.so"))
+              and "LD_PRELOAD cannot hold" in err, "lib under %r: the path and a warning: %r" % (odd, err))
+
 # exec: the command has the launcher's pid; preload order and settings.
 other = os.path.realpath(os.path.join("/lib", sysconfig.get_config_var("MULTIARCH"), "libm.so.6"))
 probe = ("import json, os\n"
