@@ -93,7 +93,7 @@ constexpr std::size_t kMaxRows = 256;
 // row by stats::snapshot, so totals never lose a count.
 constexpr std::size_t kMaxRead = 4096;
 // The report's region: lazily committed, so a small report touches a few
-// pages of it. Its largest users: 4096 thread rows (2.4 MiB), 2^18 live
+// pages of it. Its largest users: 4096 thread rows (3.1 MiB), 2^18 live
 // blocks (4 MiB), the site tables and the output.
 constexpr std::size_t kScratch = std::size_t{64} << 20;
 // Where the report goes when that region cannot be mapped (RLIMIT_AS, out of

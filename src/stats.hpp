@@ -29,7 +29,12 @@ enum Counter : unsigned {
 #undef LT_COUNTER_ROW_COUNTER
 #undef LT_COUNTER_ROW_GAUGE
 
-constexpr unsigned kHistBuckets = 48;  // by requested size: [2^(i-1), 2^i)
+// By requested size: bucket i holds [2^(i-1), 2^i), bucket 0 the requests of
+// 0. 64 buckets, so that every request counted (at most PTRDIFF_MAX, 63
+// bits) has its own class: with 48, requests from 2^47 on (huge mallocs
+// that fail, counted as calls) were clamped into [2^46, 2^47), a class
+// their size is not in.
+constexpr unsigned kHistBuckets = 64;
 
 // A cache line of its own for each slot: threads never write a shared line.
 struct alignas(64) Slot {

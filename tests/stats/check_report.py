@@ -567,6 +567,31 @@ def case_python_both(a, tmp):
           "each worker thread's row has its 25 buffers")
 
 
+HUGE = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+for shift in (46, 47, 50, 62):
+    libc.free(libc.malloc(1 << shift))  # NULL where refused: counted all the same
+"""
+
+
+def case_huge_requests(a, tmp):
+    # Requests lowtide cannot serve (64 TiB to 4 EiB, below PTRDIFF_MAX:
+    # counted as calls) each in the class its size is in. With 48 classes
+    # the last one, [2^46, 2^47), took all four.
+    path = os.path.join(tmp, "r.json")
+    rc, out, err = run([sys.executable, "-c", HUGE], clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path))
+    check(rc == 0, f"exit status {rc}: {err[-300:]!r}")
+    r = load(path)
+    check_schema(r)
+    for shift in (46, 47, 50, 62):
+        check(hist(r, 1 << shift) == 1, f"histogram [2^{shift}, 2^{shift + 1}) holds its one request: "
+                                        f"{[h for h in r['histogram'] if h['min'] >= 1 << 40]}")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 
