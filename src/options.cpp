@@ -91,10 +91,13 @@ bool parse_text(const OptionSpec& spec, const char* text, std::uint64_t* out, co
 
 // A size, a plain count or a duration in milliseconds, within [min, max].
 bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, const char** reason) {
-  if (spec.kind == OptKind::count) {
-    // parse_size would read "1K" as 1024: a count takes digits only.
+  const bool count = spec.kind == OptKind::count;
+  if (count) {
+    // parse_size would read "1K" as 1024: a count takes digits only, and
+    // the blanks parse_size allows around them (a trailing tab or newline
+    // too, as every other setting).
     for (const char* c = text; *c != '\0'; ++c) {
-      if (*c != ' ' && (*c < '0' || *c > '9')) {
+      if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r' && (*c < '0' || *c > '9')) {
         *reason = "is not a whole number";
         return false;
       }
@@ -106,8 +109,11 @@ bool parse_number(const OptionSpec& spec, const char* text, std::uint64_t* out, 
     case ParseStatus::ok: break;
     case ParseStatus::empty: *reason = "is empty"; return false;
     case ParseStatus::garbage:
-      *reason = duration ? "is not a duration (e.g. 500ms, 10s, 2m; a bare number is milliseconds)"
-                         : "is not a size (e.g. 1M, 512KiB, 1048576)";
+      // A count's garbage here is digits with blanks between ("1 2"): not
+      // a size's reason, whose examples a count does not take.
+      *reason = count      ? "is not a whole number"
+                : duration ? "is not a duration (e.g. 500ms, 10s, 2m; a bare number is milliseconds)"
+                           : "is not a size (e.g. 1M, 512KiB, 1048576)";
       return false;
     case ParseStatus::overflow: *reason = "is too large"; return false;
   }

@@ -132,6 +132,15 @@ TEST_CASE("LOWTIDE_SITES takes a plain count, LOWTIDE_SITE_SAMPLE a size") {
     CHECK(warnings[0].rfind("LOWTIDE_SITES|", 0) == 0);
     CHECK(warnings[0].find("|0") != std::string::npos);
   }
+  // Blanks around a count, as around every other value; between digits a
+  // count's reason, not a size's ("is not a size (e.g. 1M, ...)" before).
+  CHECK(load({"LOWTIDE_SITES= 12\t"}).get(Opt::sites) == 12);
+  CHECK(load({"LOWTIDE_SITES=12\n"}).get(Opt::sites) == 12);
+  CHECK(warnings.empty());
+  c = load({"LOWTIDE_SITES=1 2"});
+  CHECK(c.get(Opt::sites) == 0);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == "LOWTIDE_SITES|1 2|is not a whole number|0");
   c = load({"LOWTIDE_SITE_SAMPLE=2G"});
   CHECK(c.get(Opt::site_sample) == (std::uint64_t{2} << 20));
   REQUIRE(warnings.size() == 1);
