@@ -30,6 +30,13 @@ SAMPLE_S = 0.05
 SHOWN = 8  # processes listed one by one; the rest summed up
 # The launcher's own variable (where the source tree's build is), not the library's.
 LAUNCHER_ONLY = ("LOWTIDE_BUILD_DIR",)
+# Set by a process under lowtide that reports, inherited by everything it
+# starts: a process that finds another pid there takes itself for that
+# one's child and writes no report of its own without %p in the name
+# (docs/report.md). The processes doctor starts own their reports (as
+# preload.lowtide_env's do): run from a shell under `lowtide run --stats`,
+# the probe otherwise wrote none and doctor said the library did not work.
+NOT_INHERITED = LAUNCHER_ONLY + ("LOWTIDE_OWNER_PID",)
 
 
 class Doctor:
@@ -116,7 +123,7 @@ def max_map_count(d, sysroot):
 def probe(lib, sysroot):
     """Run a small program under the library with a JSON report; returns
     (report dict or None, stderr text)."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ONLY + ("LOWTIDE_STATS", "LOWTIDE_STATS_FILE", "LD_PRELOAD")}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED + ("LOWTIDE_STATS", "LOWTIDE_STATS_FILE", "LD_PRELOAD")}
     env["LD_PRELOAD"] = lib
     env["LOWTIDE_STATS"] = "json"
     if sysroot != "/":
@@ -368,7 +375,7 @@ def sample(pid, seen):
 def run_command(d, lib, command, timeout):
     """Run command under lowtide; returns (reports, seen, status)."""
     tmp = tempfile.mkdtemp(prefix="lowtide-doctor-")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ONLY}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env["LD_PRELOAD"] = preload.prepend_preload(lib, os.environ.get("LD_PRELOAD"))
     env["LOWTIDE_STATS"] = "json"
     env["LOWTIDE_STATS_FILE"] = os.path.join(tmp, "doctor.%p.json")

@@ -123,6 +123,12 @@ def case_stats_file(tmp):
     check(any("2 processes of this command" in w or "3 processes of this command" in w for w in warnings(out)),
           "a process tree under a file without %p: the reports that would be lost counted")
     check(not os.path.exists(os.path.join(tmp, "r.json")), "doctor's own reports do not go to the user's file")
+    # Run from a shell under `lowtide run --stats ...`: the marker of that
+    # report's owner is inherited, and the probe (before: a child of that
+    # owner, so no report without %p) must still write its own.
+    rc, out, err = doctor([], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_OWNER_PID="1"))
+    check(rc == 0 and not warnings(out) and "library                  loads" in out,
+          "an inherited LOWTIDE_OWNER_PID: the probe still reports, rc %d %r" % (rc, warnings(out)))
 
 
 def case_in_use(tmp):
