@@ -76,7 +76,8 @@ def put_workers_under_lowtide(lib, out):
     old = os.environ.get("LD_PRELOAD")
     os.environ["LD_PRELOAD"] = lib + (":" + old if old else "")
     os.environ["LOWTIDE_STATS"] = "json"
-    os.environ["LOWTIDE_STATS_FILE"] = os.path.join(out, "dask.%p.json")
+    # A pattern: the directory's own "%" doubled, or lowtide would expand it.
+    os.environ["LOWTIDE_STATS_FILE"] = os.path.join(out.replace("%", "%%"), "dask.%p.json")
     os.environ.pop("LOWTIDE_OWNER_PID", None)
     # The workers import the helper from the source tree when run from it.
     if os.path.isdir(SOURCE_PYTHON):
@@ -95,7 +96,7 @@ def main():
 
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    for old in glob.glob(os.path.join(out, "dask.*.json")):
+    for old in glob.glob(os.path.join(glob.escape(out), "dask.*.json")):
         os.remove(old)
     lt = launcher()
     lib = subprocess.run([lt, "lib"], stdout=subprocess.PIPE, check=True, text=True).stdout.strip()
@@ -138,7 +139,7 @@ def main():
     worker_pids = [held[w]["pid"] for w in workers]
     reports = [os.path.join(out, "dask.%d.json" % pid) for pid in worker_pids]
     missing = [r for r in reports if not os.path.exists(r)]
-    others = sorted(set(glob.glob(os.path.join(out, "dask.*.json"))) - set(reports))
+    others = sorted(set(glob.glob(os.path.join(glob.escape(out), "dask.*.json"))) - set(reports))
     if others:
         print("\nreports of other processes started with the same environment (not workers): %s"
               % ", ".join(os.path.basename(o) for o in others))

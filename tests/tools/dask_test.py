@@ -20,7 +20,9 @@ MiB = 1 << 20
 TASKS, SIZE = 8, 8
 
 with tempfile.TemporaryDirectory(prefix="lowtide-dask-") as tmp:
-    out = os.path.join(tmp, "dask")
+    # A directory name with "%" (LOWTIDE_STATS_FILE's pattern character)
+    # and "[" (glob's): before, the workers' reports went elsewhere.
+    out = os.path.join(tmp, "dask%p[1]")
     env = clean_env(LOWTIDE_BUILD_DIR=build)
     rc, stdout, err = run(["/usr/bin/python3", demo, "--out", out, "--workers", "2", "--tasks", str(TASKS),
                            "--mib", str(SIZE)], env, timeout=90, cwd=tmp)
