@@ -12,6 +12,7 @@ lowtide instead of failing obscurely.
         lowtide.report("/tmp/now.%p.json")
 """
 import ctypes
+import os
 
 __all__ = ["NotActive", "active", "version", "stats", "release", "report", "STATS_FIELDS"]
 
@@ -126,7 +127,8 @@ def release():
 
 
 def report(path=None, format="json"):
-    """Write a report now. path: a file name ("%p" = pid, "%%" = "%"),
+    """Write a report now. path: a file name (str, bytes or a path object;
+    "%p" = pid, "%%" = "%"),
     "stderr", or None for LOWTIDE_STATS_FILE (stderr when unset).
     format: "text", "json", "both", "prometheus", or "configured" (LOWTIDE_STATS's;
     Prometheus for a name ending in .prom).
@@ -135,7 +137,10 @@ def report(path=None, format="json"):
     lib = _need()
     if format not in _FORMATS:
         raise ValueError("format must be one of %s, not %r" % (", ".join(_FORMATS), format))
-    arg = None if path is None else str(path).encode()
+    # os.fsencode: a str (with the surrogates os.listdir gives a name that
+    # is not UTF-8), bytes or a path object, as os.open takes them; str()
+    # made b"/tmp/r.json" the name "b'/tmp/r.json'".
+    arg = None if path is None else os.fsencode(path)
     if lib.lowtide_write_report(arg, _FORMATS[format]) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "lowtide_write_report failed", path)

@@ -85,6 +85,17 @@ with tempfile.TemporaryDirectory(prefix="lowtide-helper-") as tmp:
         t = f.read()
         check(t.startswith("# HELP lowtide_info ") and "\nlowtide_large_maps_total{pid=\"%d\"} " % os.getpid() in t,
               "report(format='prometheus')")
+    # A path as bytes, as a path object, and a name that is not UTF-8 (a
+    # str with os.fsdecode's surrogate): each written where it says.
+    import pathlib
+    for given, written in ((os.fsencode(os.path.join(tmp, "bytes.json")), "bytes.json"),
+                           (pathlib.Path(tmp) / "path.json", "path.json"),
+                           (os.path.join(tmp, os.fsdecode(b"raw\xff.json")), os.fsdecode(b"raw\xff.json"))):
+        try:
+            lowtide.report(given)
+        except (OSError, UnicodeError) as e:
+            check(False, "report(%r): %r" % (given, e))
+        check(os.path.isfile(os.path.join(tmp, written)), "report(%r) wrote %r: %r" % (given, written, os.listdir(tmp)))
     try:
         lowtide.report(os.path.join(tmp, "x"), format="xml")
         check(False, "format='xml' rejected")
