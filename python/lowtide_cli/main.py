@@ -28,6 +28,28 @@ def split_command(argv):
     return argv, None
 
 
+def seconds(text):
+    """A positive, finite number of seconds, for argparse: -1 or nan reached
+    time.sleep (a ValueError traceback after the first line of top)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text)
+    if not (0 < v < float("inf")):
+        raise argparse.ArgumentTypeError("%r: must be a positive number of seconds" % text)
+    return v
+
+
+def positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a whole number" % text)
+    if v < 1:
+        raise argparse.ArgumentTypeError("%r: must be 1 or more" % text)
+    return v
+
+
 def parser():
     from . import compare_cmd  # for --with's list of allocators and presets
     p = argparse.ArgumentParser(prog="lowtide", description=DESCRIPTION,
@@ -85,7 +107,7 @@ def parser():
                                    "program, a process that ran without lowtide, reports that would "
                                    "overwrite each other). Exit status 0: nothing to warn about; 1: warnings.",
                        usage="lowtide doctor [--timeout S] [-- CMD [ARGS...]]")
-    d.add_argument("--timeout", type=float, metavar="S",
+    d.add_argument("--timeout", type=seconds, metavar="S",
                    help="stop CMD (SIGTERM) after S seconds, e.g. for a server (default: wait for its end)")
     # Tests point this at a fake tree: S/sys/kernel/mm/..., S/proc/sys/vm/...,
     # and the cgroup files (LOWTIDE_CGROUP_ROOT for the library).
@@ -98,14 +120,14 @@ def parser():
                                     "Same user or root only. In a container: nsenter -t PID -n lowtide stats PID.")
     st.add_argument("pid", type=int, metavar="PID")
     st.add_argument("--json", action="store_true", help="print the process's answer as JSON")
-    st.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    st.add_argument("--timeout", type=seconds, default=10.0, help=argparse.SUPPRESS)
     tp = sub.add_parser("top", help="`lowtide stats` every interval, one line each",
                         description="Query a running process every --interval seconds and print one line "
                                     "per answer: RSS and its parts, and the thread holding the most.")
     tp.add_argument("pid", type=int, metavar="PID")
-    tp.add_argument("--interval", type=float, default=1.0, help="seconds between lines (default: %(default)s)")
-    tp.add_argument("--count", type=int, default=None, metavar="N", help="stop after N lines")
-    tp.add_argument("--timeout", type=float, default=10.0, help=argparse.SUPPRESS)
+    tp.add_argument("--interval", type=seconds, default=1.0, help="seconds between lines (default: %(default)s)")
+    tp.add_argument("--count", type=positive_int, default=None, metavar="N", help="stop after N lines")
+    tp.add_argument("--timeout", type=seconds, default=10.0, help=argparse.SUPPRESS)
     return p
 
 

@@ -49,6 +49,24 @@ with tempfile.TemporaryDirectory(prefix="lowtide-spaced-") as tmp:
         check(rc == 0 and out.strip().endswith(os.path.join(odd, "src", "liblowtide.so"))
               and "LD_PRELOAD cannot hold" in err, "lib under %r: the path and a warning: %r" % (odd, err))
 
+# top's --interval and --count, and doctor's --timeout: a number out of
+# range is refused by the parser (rc 2, the option named), not met by
+# time.sleep in the middle of top (before: a ValueError traceback after the
+# first line), against a process that answers.
+target = subprocess.Popen([py, "-c", "import sys, time; b = bytearray(4 << 20); print('up', flush=True); "
+                           "time.sleep(60)"], env=dict(env, LD_PRELOAD=lib), stdout=subprocess.PIPE)
+try:
+    target.stdout.readline()
+    for args in (["top", "--interval", "-1", "--count", "2"], ["top", "--interval", "nan", "--count", "2"],
+                 ["top", "--count", "0"]):
+        rc, out, err = run([launcher] + args + [str(target.pid)], env)
+        check(rc == 2 and "Traceback" not in err and args[1] in err, "%s: refused: rc %d %r" % (args, rc, err))
+    rc, out, err = run([launcher, "doctor", "--timeout", "-5", "--", "/bin/true"], env)
+    check(rc == 2 and "--timeout" in err, "doctor --timeout -5: refused: rc %d %r" % (rc, err[-300:]))
+finally:
+    target.kill()
+    target.wait()
+
 # exec: the command has the launcher's pid; preload order and settings.
 other = os.path.realpath(os.path.join("/lib", sysconfig.get_config_var("MULTIARCH"), "libm.so.6"))
 probe = ("import json, os\n"
