@@ -28,7 +28,10 @@ def load(path):
     JSON object) is read from its JSON line on."""
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    start = 0 if text.lstrip().startswith("{") else text.find('\n{"schema"')
+    # The JSON object starts on the last line that opens one: the text part
+    # before it shows the command line raw, whose own lines may start with
+    # {"schema" too (the JSON escapes every newline in its strings).
+    start = 0 if text.lstrip().startswith("{") else text.rfind('\n{"schema"')
     if start < 0:
         raise BadReport("%s: no JSON report in it (was it written with LOWTIDE_STATS=json?)" % path)
     try:

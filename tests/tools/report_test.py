@@ -110,6 +110,13 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
     run(["/usr/bin/python3", "-c", "b = bytearray(3 << 20)"], env)
     rc, out, err = run([launcher, "report", "--json", both], clean_env())
     check(rc == 0 and json.loads(out)["total"]["large_maps"] >= 1, "reads a 'both' report: %r" % err)
+    # The text part shows the command line raw: a line of it that starts
+    # like the JSON object is not where the JSON starts (before: "not
+    # valid JSON").
+    run(["/usr/bin/python3", "-c", 'x = """\n{"schema": "lowtide-report"}"""\nb = bytearray(3 << 20)'], env)
+    rc, out, err = run([launcher, "report", "--json", both], clean_env())
+    check(rc == 0 and json.loads(out)["total"]["large_maps"] >= 1,
+          "reads a 'both' report whose command has a line like the JSON's first: %r" % err)
 
     # Files that are not reports: named on stderr, exit 1, the rest merged.
     junk = os.path.join(tmp, "junk.json")
