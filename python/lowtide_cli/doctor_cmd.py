@@ -129,7 +129,9 @@ def probe(lib, sysroot):
     if sysroot != "/":
         env["LOWTIDE_CGROUP_ROOT"] = sysroot
     with tempfile.TemporaryDirectory(prefix="lowtide-doctor-") as tmp:
-        env["LOWTIDE_STATS_FILE"] = os.path.join(tmp, "probe.json")
+        # LOWTIDE_STATS_FILE is a pattern: a "%" of the directory's own
+        # ($TMPDIR's) doubled, or lowtide would write elsewhere.
+        env["LOWTIDE_STATS_FILE"] = os.path.join(tmp.replace("%", "%%"), "probe.json")
         prog = preload.PROBE if os.path.exists(preload.PROBE) else sys.executable
         try:
             p = subprocess.run([prog], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -138,7 +140,7 @@ def probe(lib, sysroot):
         except (OSError, subprocess.TimeoutExpired) as e:
             return None, str(e)
         try:
-            with open(env["LOWTIDE_STATS_FILE"]) as f:
+            with open(os.path.join(tmp, "probe.json")) as f:
                 return json.load(f), err
         except (OSError, ValueError):
             return None, err
@@ -378,7 +380,7 @@ def run_command(d, lib, command, timeout):
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env["LD_PRELOAD"] = preload.prepend_preload(lib, os.environ.get("LD_PRELOAD"))
     env["LOWTIDE_STATS"] = "json"
-    env["LOWTIDE_STATS_FILE"] = os.path.join(tmp, "doctor.%p.json")
+    env["LOWTIDE_STATS_FILE"] = os.path.join(tmp.replace("%", "%%"), "doctor.%p.json")
     print("running %s under lowtide (reports to %s)" % (short(" ".join(command)), tmp), flush=True)
     seen = {}
     said = []

@@ -126,6 +126,13 @@ def case_stats_file(tmp):
     # Run from a shell under `lowtide run --stats ...`: the marker of that
     # report's owner is inherited, and the probe (before: a child of that
     # owner, so no report without %p) must still write its own.
+    # A $TMPDIR with "%p" in its name: doctor's reports are written there all
+    # the same (before: lowtide expanded it, "does not work here").
+    odd_tmp = os.path.join(tmp, "t%p")
+    os.mkdir(odd_tmp)
+    rc, out, err = doctor(["--", "/bin/true"], clean_env(LOWTIDE_BUILD_DIR=build, TMPDIR=odd_tmp))
+    check(rc == 0 and not warnings(out) and "lowtide is in use in /bin/true" in out,
+          "TMPDIR with %%p: rc %d %r" % (rc, warnings(out)))
     rc, out, err = doctor([], clean_env(LOWTIDE_BUILD_DIR=build, LOWTIDE_OWNER_PID="1"))
     check(rc == 0 and not warnings(out) and "library                  loads" in out,
           "an inherited LOWTIDE_OWNER_PID: the probe still reports, rc %d %r" % (rc, warnings(out)))
