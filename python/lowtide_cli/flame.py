@@ -15,6 +15,7 @@ node of the stack tree, root at the bottom, each as wide as its bytes, with
 a <title> a browser shows on hover."""
 import hashlib
 import os
+import re
 import sys
 from xml.sax.saxutils import escape
 
@@ -78,6 +79,18 @@ def tree(st):
     return root
 
 
+# Characters XML 1.0 does not allow at all, escaped or not (C0 controls
+# but tab, newline and carriage return; lone surrogates; U+FFFE, U+FFFF):
+# a command line or a file name with one made the SVG a document no
+# browser or XML parser opens.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(s):
+    """s as XML character data."""
+    return escape(_NOT_XML.sub("?", s))
+
+
 def _color(name):
     """A warm colour from the name, stable across runs (flame graph custom)."""
     h = hashlib.md5(name.encode("utf-8", "replace")).digest()
@@ -102,9 +115,9 @@ def svg(st, title, width=1200, row=17):
            '<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" '
            'viewBox="0 0 %d %d" font-family="Verdana, sans-serif" font-size="12" '
            'style="background-color:#f8f8f0">\n' % (width, height, width, height),
-           '<text x="%d" y="22" font-size="16" text-anchor="middle">%s</text>\n' % (width // 2, escape(title)),
+           '<text x="%d" y="22" font-size="16" text-anchor="middle">%s</text>\n' % (width // 2, _xml(title)),
            '<text x="%d" y="38" font-size="11" text-anchor="middle" fill="#555">%s</text>\n'
-           % (width // 2, escape("%s in all; hover over a frame for its bytes" % human(total)))]
+           % (width // 2, _xml("%s in all; hover over a frame for its bytes" % human(total)))]
 
     def emit(n, x, d):
         w = inner * n.bytes / total if total else 0.0
@@ -113,12 +126,12 @@ def svg(st, title, width=1200, row=17):
                                                100.0 * n.bytes / total if total else 0.0)
         out.append('<g><title>%s</title><rect class="frame" x="%.4f" y="%d" width="%.4f" height="%d" '
                    'fill="%s" stroke="#f8f8f0" stroke-width="0.5" data-bytes="%d" data-depth="%d"/>'
-                   % (escape(label), x, y, w, row - 1, _color(n.name), n.bytes, d))
+                   % (_xml(label), x, y, w, row - 1, _color(n.name), n.bytes, d))
         chars = int((w - 6) / 7)
         if chars >= 3:
             text = n.name if len(n.name) <= chars else n.name[:chars - 2] + ".."
             out.append('<text x="%.2f" y="%d" font-size="11" pointer-events="none">%s</text>'
-                       % (x + 3, y + row - 5, escape(text)))
+                       % (x + 3, y + row - 5, _xml(text)))
         out.append("</g>\n")
         cx = x
         for name in sorted(n.children):

@@ -491,6 +491,25 @@ def case_flame(a, tmp):
         if of == "peak":
             check(total == r["sites"]["heap_at_peak"]["live_then"], "the flame graph of the peak adds up to it")
         check_svg(svg, got)
+    # Characters XML does not allow (a command line's escape or control
+    # bytes, a frame's file name) still make a document that parses (before:
+    # ET.parse refused it).
+    with open(rep) as f:
+        odd = json.load(f)
+    odd["command"] = "prog \x1b[31m\x01 red"
+    if odd["sites"]["top"] and odd["sites"]["top"][0]["frames"]:
+        odd["sites"]["top"][0]["frames"][0].update(function=None, module="/tmp/lib\x02odd.so")
+    odd_rep, odd_svg = os.path.join(tmp, "odd.json"), os.path.join(tmp, "odd.svg")
+    with open(odd_rep, "w") as f:
+        json.dump(odd, f)
+    p = subprocess.run([a.launcher, "report", "--flame", odd_svg, odd_rep], env=clean_env(), capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    check(p.returncode == 0, f"odd characters: exit {p.returncode}: {p.stderr}")
+    try:
+        ET.parse(odd_svg)
+        check(True, "")
+    except ET.ParseError as e:
+        check(False, f"the flame graph of a report with control characters is XML: {e}")
     # two reports: the same stacks add up
     twice = os.path.join(tmp, "twice.txt")
     p = subprocess.run([a.launcher, "report", "--collapsed", twice, rep, rep], env=clean_env(), capture_output=True,
