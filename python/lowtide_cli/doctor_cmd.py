@@ -132,7 +132,7 @@ def probe(lib, sysroot):
         # LOWTIDE_STATS_FILE is a pattern: a "%" of the directory's own
         # ($TMPDIR's) doubled, or lowtide would write elsewhere.
         env["LOWTIDE_STATS_FILE"] = os.path.join(tmp.replace("%", "%%"), "probe.json")
-        prog = preload.PROBE if os.path.exists(preload.PROBE) else sys.executable
+        prog = preload.probe_program()
         try:
             p = subprocess.run([prog], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, timeout=60)

@@ -2,11 +2,19 @@
 import os
 import re
 import subprocess
+import sys
 
 # /bin/true (or any small program) started under the library only to let
 # it read the settings: the library's own parser and ranges (src/options.cpp)
 # are the only definition of what a setting accepts.
 PROBE = "/bin/true"
+
+
+def probe_program():
+    """PROBE, or this Python where there is no /bin/true (NixOS, a
+    distroless image): the probe then ran nothing but a FileNotFoundError
+    traceback out of `lowtide run`."""
+    return PROBE if os.path.exists(PROBE) else sys.executable
 
 
 def check_settings(lib, settings):
@@ -20,7 +28,10 @@ def check_settings(lib, settings):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_") and k != "LD_PRELOAD"}
     env.update(settings)
     env["LD_PRELOAD"] = lib
-    p = subprocess.run([PROBE], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    prog = probe_program()
+    argv = [prog] if prog == PROBE else [prog, "-c", "pass"]
+    p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=30)
     lines = p.stderr.decode(errors="replace").splitlines()
     return [ln for ln in lines if ln.startswith("lowtide: warning: LOWTIDE_")]
 

@@ -67,6 +67,19 @@ finally:
     target.kill()
     target.wait()
 
+# Where there is no /bin/true (NixOS, a distroless image), the settings are
+# still checked, by this Python (before: a FileNotFoundError traceback out
+# of `lowtide run`).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(launcher))), "python"))
+from lowtide_cli import preload  # noqa: E402
+preload.PROBE = "/nonexistent/true"
+try:
+    said = preload.check_settings(lib, {"LOWTIDE_CUTOFF": "lots"})
+    check(len(said) == 1 and "LOWTIDE_CUTOFF='lots'" in said[0], "no /bin/true: the warning still found: %r" % said)
+    check(preload.check_settings(lib, {"LOWTIDE_CUTOFF": "1M"}) == [], "no /bin/true: a good value passes")
+except OSError as e:
+    check(False, "no /bin/true: %r" % e)
+
 # exec: the command has the launcher's pid; preload order and settings.
 other = os.path.realpath(os.path.join("/lib", sysconfig.get_config_var("MULTIARCH"), "libm.so.6"))
 probe = ("import json, os\n"
