@@ -140,10 +140,16 @@ def main(lib, command, peers, out, interval):
     runs = plan(lib, peers)
     if runs is None:
         return 2
-    os.makedirs(out, exist_ok=True)
-    # The directory's own "[", "*" or "?" are not a pattern (glob.escape).
-    for old in glob.glob(os.path.join(glob.escape(out), REPORT_GLOB)):
-        os.remove(old)
+    # An --out that cannot be made or written: said, not a traceback (nor,
+    # at the first run's output file, "cannot run CMD").
+    try:
+        os.makedirs(out, exist_ok=True)
+        # The directory's own "[", "*" or "?" are not a pattern (glob.escape).
+        for old in glob.glob(os.path.join(glob.escape(out), REPORT_GLOB)):
+            os.remove(old)
+    except OSError as e:
+        say("cannot use %s for the output: %s" % (out, e.strerror or e))
+        return 2
     if os.environ.get("LD_PRELOAD"):
         say("LD_PRELOAD=%s is left out of every run, so each run has only its allocator"
             % os.environ["LD_PRELOAD"])
@@ -154,6 +160,9 @@ def main(lib, command, peers, out, interval):
         try:
             r = measure(command, run_env(name, path, out), out, name, interval)
         except OSError as e:
+            if e.filename is not None and os.path.normpath(os.path.dirname(str(e.filename))) == os.path.normpath(out):
+                say("cannot write %s: %s" % (e.filename, e.strerror))
+                return 2
             say("cannot run %s: %s" % (command[0], e.strerror))
             return 127
         say("  %s: exit %d, %.2f s, peak %s MiB, at end %s MiB"

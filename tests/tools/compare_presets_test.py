@@ -77,4 +77,14 @@ with tempfile.TemporaryDirectory(prefix="lowtide-presets-") as tmp:
         check("From 1 JSON report(s)" in stdout and "wrote no report" not in stdout,
               "--out %s: compare.md has lowtide's report: %s" % (name, stdout[-600:]))
 
+    # An --out that cannot be a directory: said in one line, exit 2 (before:
+    # a FileExistsError traceback).
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").close()
+    for bad in (blocker, os.path.join(blocker, "sub")):
+        rc, stdout, err = run([launcher, "compare", "--with", "lowtide", "--out", bad, "--", "/bin/true"], env,
+                              timeout=60)
+        check(rc == 2 and "cannot use %s for the output" % bad in err and "Traceback" not in err,
+              "--out %s: refused: rc %d %r" % (bad, rc, err[-300:]))
+
 finish()
