@@ -444,15 +444,30 @@ int trim(std::size_t pad) {
   return (cached != 0 || after < before) ? 1 : 0;
 }
 
+// glibc's fields (malloc.c, int_mallinfo) in lowtide's terms: the small
+// path is glibc's arena (arena = uordblks + fordblks: what it holds, in use
+// and free), the large path its mmapped chunks (hblks, hblkhd: the live ones
+// only), keepcost what malloc_trim gives back. Programs read uordblks (or
+// uordblks + hblkhd) as the heap in use: until 2026-12-06 uordblks was the
+// large path's mapped bytes (0 with 96 MiB of small blocks live, the reuse
+// cache's bytes after every block was freed) and hblkhd counted the cache.
 struct mallinfo2 info() {
   struct mallinfo2 m;
   std::memset(&m, 0, sizeof m);
   std::size_t commit = 0, peak_commit = 0;
   small::committed(&commit, &peak_commit);
-  m.arena = commit;  // bytes mimalloc has committed for small blocks
+  stats::Snapshot snap{};
+  snap.rows = nullptr;  // totals only, as lowtide_get_stats
+  snap.cap = 0;
+  stats::snapshot(&snap, false);
+  const std::uint64_t out = snap.total.c[stats::small_out], freed = snap.total.c[stats::small_freed];
+  const std::size_t used = out > freed ? static_cast<std::size_t>(out - freed) : 0;
+  m.uordblks = used;                                   // usable bytes of live small blocks
+  m.arena = commit > used ? commit : used;             // bytes mimalloc has committed
+  m.fordblks = m.arena - used;                         // of those, not in a live block
   m.hblks = large::space.blocks.load(std::memory_order_relaxed);
-  m.hblkhd = large::space.mapped.load(std::memory_order_relaxed);
-  m.uordblks = m.hblkhd;
+  m.hblkhd = snap.large_live;                          // usable bytes of live large blocks
+  m.keepcost = cache::cached_bytes();                  // the reuse cache: malloc_trim's to give back
   m.usmblks = peak_commit;
   return m;
 }

@@ -234,6 +234,49 @@ void test_trim_mallinfo() {
   release(s);
 }
 
+// What programs read mallinfo2 for, with glibc's meaning of each field
+// (malloc.c's int_mallinfo), so that this also passes under glibc: the
+// heap in use (uordblks: small blocks; hblks, hblkhd: mmapped, i.e. large,
+// ones, live only), arena = uordblks + fordblks. Under lowtide uordblks was
+// the large path's mapped bytes (0 with 4 MiB of small blocks live) and
+// hblkhd kept a freed block's bytes while the reuse cache held them.
+void test_mallinfo_in_use() {
+  constexpr int kSmall = 4096;
+  constexpr std::size_t kSmallSize = 1000;
+  const std::size_t big = std::size_t{64} << 20;  // above glibc's largest mmap threshold (32 MiB)
+  static void* blocks[kSmall];
+  const struct mallinfo2 before = mallinfo2();
+  CHECK(before.arena == before.uordblks + before.fordblks, "arena %zu != uordblks %zu + fordblks %zu",
+        before.arena, before.uordblks, before.fordblks);
+  for (void*& b : blocks) {
+    b = xmalloc(kSmallSize);
+    std::memset(b, 1, kSmallSize);
+  }
+  const struct mallinfo2 small = mallinfo2();
+  const std::size_t grew = small.uordblks - before.uordblks;
+  CHECK(small.uordblks >= before.uordblks && grew >= kSmall * kSmallSize && grew <= 2 * kSmall * kSmallSize,
+        "uordblks grew by %zu for %d live blocks of %zu bytes", small.uordblks - before.uordblks, kSmall,
+        kSmallSize);
+  void* p = xmalloc(big);
+  const struct mallinfo2 large = mallinfo2();
+  CHECK(large.hblks == small.hblks + 1 && large.hblkhd >= small.hblkhd + big &&
+            large.hblkhd <= small.hblkhd + big + (std::size_t{1} << 20),
+        "a live %zu-byte block: hblks %zu -> %zu, hblkhd %zu -> %zu", big, small.hblks, large.hblks, small.hblkhd,
+        large.hblkhd);
+  release(p);
+  const struct mallinfo2 freed = mallinfo2();
+  CHECK(freed.hblks == small.hblks && freed.hblkhd == small.hblkhd,
+        "the block freed: hblks %zu, hblkhd %zu, as before it (%zu, %zu)", freed.hblks, freed.hblkhd, small.hblks,
+        small.hblkhd);
+  for (void* b : blocks) release(b);
+  const struct mallinfo2 after = mallinfo2();
+  CHECK(small.uordblks - after.uordblks >= kSmall * kSmallSize,
+        "uordblks fell by %zu when %d blocks of %zu bytes were freed", small.uordblks - after.uordblks, kSmall,
+        kSmallSize);
+  CHECK(after.arena == after.uordblks + after.fordblks, "arena %zu != uordblks %zu + fordblks %zu", after.arena,
+        after.uordblks, after.fordblks);
+}
+
 // ------------------------------------------------------ cross-thread frees
 struct Mailbox {
   std::mutex m;

@@ -80,6 +80,10 @@ int main() {
   }
   test_madvise_split_realloc(true);
   test_kernel_refusal(true);
+  std::printf("  %-24s ", "mallinfo_in_use");
+  std::fflush(stdout);
+  test_mallinfo_in_use();
+  std::printf("ok\n");
   if (g_lowtide) {
     std::printf("  %-24s ", "extra_exports");
     std::fflush(stdout);

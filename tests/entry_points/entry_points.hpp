@@ -35,6 +35,7 @@ void test_free_errno();
 void test_usable_size();
 void test_calloc_large();
 void test_trim_mallinfo();
+void test_mallinfo_in_use();  // single-threaded: reads process-wide figures
 void test_kernel_refusal(bool verbose);
 void test_cross_thread_frees();
 void test_aligned_alloc();
