@@ -225,7 +225,7 @@ void text_header(Out& o, const Data& d) {
   const std::uint64_t* c = d.snap.total.c;
   char cut[32];
   o.put("==== lowtide {} report: pid {} ====\n", LOWTIDE_VERSION, ::getpid());
-  o.put("command     {}\n", fmt::string_view(d.command, d.command_len));
+  o.put("command     {}\n", Shown(d.command, d.command_len));
   o.put("cutoff      {}\n", format_size(route::settings.cutoff, cut, sizeof cut));
   o.put("uptime      {:.2f} s\n", d.uptime_s);
   if (d.snap.partial) o.put("PARTIAL     a lock was held at exit; counters read without it\n");
@@ -271,7 +271,7 @@ void row_name(Out& o, const ThreadRow& r, bool json) {
   const char* name = r.name[0] ? r.name : "?";
   std::size_t n = strnlen(name, sizeof r.name);
   if (json) o.json_string(name, n);
-  else o.raw(name, n);
+  else o.put("{}", Shown(name, n));
 }
 
 void text_threads(Out& o, const Data& d) {

@@ -45,6 +45,18 @@ class Scratch {
   bool mapped_ = false;
 };
 
+// A string from outside the library (a command line, a thread name, a
+// module, source or Python file name, a function name) in the text report:
+// bytes below 0x20 and 0x7f are shown as '?', so that a name cannot move a
+// terminal's cursor, recolour it, or forge report lines with a newline.
+// (The JSON report escapes them, and Prometheus labels likewise.)
+struct Shown {
+  const char* s;
+  std::size_t n;
+  explicit Shown(const char* p) noexcept : s(p), n(std::strlen(p)) {}
+  Shown(const char* p, std::size_t len) noexcept : s(p), n(len) {}
+};
+
 // A size in human units, e.g. "1.2 GiB", "512 B", formatted into the object.
 struct Human {
   char s[40];
@@ -99,3 +111,17 @@ class Out {
 };
 
 }  // namespace lowtide::report
+
+template <>
+struct fmt::formatter<lowtide::report::Shown> {
+  constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+  template <typename Ctx>
+  auto format(const lowtide::report::Shown& v, Ctx& ctx) const {
+    auto out = ctx.out();
+    for (std::size_t i = 0; i < v.n; ++i) {
+      const auto c = static_cast<unsigned char>(v.s[i]);
+      *out++ = (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+    }
+    return out;
+  }
+};

@@ -13,6 +13,7 @@ namespace lowtide::report_sites {
 namespace {
 
 using report::Human;
+using report::Shown;
 
 constexpr std::uint32_t kTextFrames = 24;  // frames per site in the text report
 constexpr std::size_t kTextSizes = 8;      // sizes per live group in the text report
@@ -22,9 +23,11 @@ constexpr std::size_t kMaxLiveBlocks = std::size_t{1} << 18;
 void frame_text(report::Out& o, const sites::Frame& f, bool demangle) {
   symbolize::Symbol s;
   symbolize::frame(f, demangle, &s);
-  if (s.function[0] == '\0') o.put("{}+{:#x}", s.module, s.offset);
-  else if (s.line == 0) o.put("{}+{:#x}  ({}+{:#x})", s.function, s.function_offset, s.module, s.offset);
-  else o.put("{}+{:#x} at {}:{}  ({}+{:#x})", s.function, s.function_offset, s.file, s.line, s.module, s.offset);
+  if (s.function[0] == '\0') o.put("{}+{:#x}", Shown(s.module), s.offset);
+  else if (s.line == 0) o.put("{}+{:#x}  ({}+{:#x})", Shown(s.function), s.function_offset, Shown(s.module), s.offset);
+  else
+    o.put("{}+{:#x} at {}:{}  ({}+{:#x})", Shown(s.function), s.function_offset, Shown(s.file), s.line,
+          Shown(s.module), s.offset);
 }
 
 const sites::SiteRow* find_row(const Data& d, std::uint32_t id) {
@@ -138,7 +141,7 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
     if (r.id == sites::kFullSite) o.put("    (stacks seen after the site table filled up)\n");
     pyframes::Frame py[pyframes::kMaxFrames];
     for (int i = 0, n = pyframes::frames(r.id, py, pyframes::kMaxFrames); i < n; ++i)
-      o.put("    py  {} at {}:{}\n", py[i].name, py[i].file, py[i].line);
+      o.put("    py  {} at {}:{}\n", Shown(py[i].name), Shown(py[i].file), py[i].line);
     for (std::uint32_t i = 0; i < r.nframes && i < kTextFrames; ++i) {
       o.put("    #{:<2} ", i);
       frame_text(o, r.frames[i], demangle);
@@ -159,7 +162,7 @@ void text(report::Out& o, const Data& d, bool at_exit, bool demangle) {
     if (grp.site == 0) o.put("(not sampled, or allocated before start-up)");
     else if (grp.site == sites::kFullSite) o.put("(site table full)");
     else if (pyframes::Frame py; pyframes::frames(grp.site, &py, 1) == 1)
-      o.put("{} at {}:{} (Python)", py.name, py.file, py.line);
+      o.put("{} at {}:{} (Python)", Shown(py.name), Shown(py.file), py.line);
     else if (const sites::SiteRow* r = find_row(d, grp.site); r != nullptr && r->nframes != 0)
       frame_text(o, r->frames[0], demangle);
     else o.put("?");
