@@ -803,6 +803,54 @@ std::uint64_t small_collect_after = 0;
 std::uint64_t exit_seen_ns = 0, collect_due_ns = 0;
 unsigned collects_after = 0;
 
+// Threads that did real work (handed out kExitStartBytes or more) leave
+// pages behind that no thread may ever come back for. Once no thread has
+// exited for exit_quiet_ns after such an exit, the decay thread has
+// mimalloc give back everything it keeps (small_release_fn, a forced
+// collect: the abandoned segments' free pages decommitted, the empty ones
+// freed, the segment cache purged whole), rather than waiting for the
+// purge delay above: churn-2t held 25 MiB 0.2 s after its workers ended,
+// glibc 3. The while is sized by demand, as the large cache's keep age: a
+// thread that starts within a second of such a release (a pool that came
+// back, and faulted its pages in again) doubles it, up to 800 ms; a
+// release no thread followed within a second halves it, down to 100 ms.
+// The non-forced collects above still follow (segments emptied later).
+std::atomic<std::uint64_t> last_big_exit_ns{0};  // only grows
+void (*small_release_fn)() = nullptr;
+std::uint64_t (*last_start_fn)() = nullptr;
+constexpr std::uint64_t kQuietMinNs = 100'000'000, kQuietMaxNs = 800'000'000, kComeBackNs = 1'000'000'000;
+// The decay thread's own.
+std::uint64_t exit_quiet_ns = kQuietMinNs, big_seen_ns = 0, released_at_ns = 0;
+bool release_pending = false;
+
+// How long until the release after working threads' exits is due: 0 now,
+// UINT64_MAX none pending.
+std::uint64_t exits_release_in(std::uint64_t now) {
+  if (small_release_fn == nullptr) return UINT64_MAX;
+  if (const std::uint64_t big = last_big_exit_ns.load(std::memory_order_relaxed); big != big_seen_ns) {
+    big_seen_ns = big;
+    release_pending = true;
+  }
+  if (!release_pending) return UINT64_MAX;
+  const std::uint64_t due = last_exit_ns.load(std::memory_order_relaxed) + exit_quiet_ns;
+  return now >= due ? 0 : due - now;
+}
+
+void release_after_exits(std::uint64_t now) {
+  if (exits_release_in(now) != 0) return;
+  if (released_at_ns != 0) {
+    const std::uint64_t started = last_start_fn != nullptr ? last_start_fn() : 0;
+    if (started > released_at_ns && started - released_at_ns < kComeBackNs) {
+      exit_quiet_ns = exit_quiet_ns * 2 < kQuietMaxNs ? exit_quiet_ns * 2 : kQuietMaxNs;
+    } else if (now - released_at_ns >= kComeBackNs) {
+      exit_quiet_ns = exit_quiet_ns / 2 > kQuietMinNs ? exit_quiet_ns / 2 : kQuietMinNs;
+    }
+  }
+  limit::collect_guarded(small_release_fn);
+  released_at_ns = now;
+  release_pending = false;
+}
+
 // How long until a collect is due: 0 now, UINT64_MAX none pending.
 std::uint64_t exits_collect_in(std::uint64_t now) {
   if (small_collect_fn == nullptr) return UINT64_MAX;
@@ -879,6 +927,7 @@ void* decay_main(void*) {
       // their pace; less when the collect after threads' exits is due
       // sooner (at least 1 ms).
       std::uint64_t wait = exits_collect_in(now);
+      if (const std::uint64_t rel = exits_release_in(now); rel < wait) wait = rel;
       if (const std::uint64_t look = orphan::check(now); look < wait) wait = look;
       if (wait > kSecond) wait = kSecond;
       if (wait < 1'000'000) wait = 1'000'000;
@@ -889,6 +938,7 @@ void* decay_main(void*) {
       small_seen = small_committed();  // what mimalloc took while nothing was cached is no one's
     }
     limit::tick();  // the RSS sample purge's limit check reads
+    release_after_exits(pal::now_ns());
     collect_after_exits(pal::now_ns());
     orphan::check(pal::now_ns());  // only lowtide's threads left: the process ends (orphan.hpp)
     if (production_cache.cached_bytes() != 0) {
@@ -922,7 +972,11 @@ std::atomic<unsigned> failed_starts{0};
 constexpr std::size_t kStack = std::size_t{64} << 10;
 constexpr unsigned kMaxBackoffShift = 6;  // 1 s << 6 = 64 s
 
-void start_thread() {
+// Set when the decay thread was started without the live server (at a
+// thread's exit): the next large allocation starts the server.
+std::atomic<bool> live_deferred{false};
+
+void start_thread(bool with_live) {
   if (!use_thread) return;
   std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
   if (retry != 0 && pal::now_ns() < retry) return;
@@ -951,7 +1005,10 @@ void start_thread() {
   // the decay thread: the thread's TLS that glibc allocates for it counts on
   // the allocating thread, which already has a counter slot (the decay
   // thread never allocates and has none).
-  if (rc == 0 && on_thread_start != nullptr) on_thread_start();
+  if (rc == 0 && on_thread_start != nullptr) {
+    if (with_live) on_thread_start();
+    else live_deferred.store(true, std::memory_order_relaxed);
+  }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_mutex_unlock(&start_mu);
   if (rc == 0) {
@@ -999,7 +1056,9 @@ void account_returned(std::size_t bytes, Reason why) {
 }
 
 void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
-          std::uint64_t small_collect_after_ns) {
+          std::uint64_t small_collect_after_ns, void (*small_release)(), std::uint64_t (*last_start)()) {
+  small_release_fn = small_release;
+  last_start_fn = last_start;
   small_committed_fn = small_committed;
   on_thread_start = thread_start_hook;
   small_collect_fn = small_collect;
@@ -1036,7 +1095,19 @@ void note_large_allocation() {
     // stat of /proc/self/ns/pid ENOENT without /proc): kept here, once, for
     // everything the start does.
     const int saved = errno;
-    start_thread();
+    start_thread(true);
+    errno = saved;
+  } else if (live_deferred.load(std::memory_order_relaxed)) {
+    const int saved = errno;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_mutex_lock(&start_mu);
+    if (live_deferred.exchange(false) && thread_started.load()) {
+      pthread_sigmask(SIG_SETMASK, &all, &old);  // the server inherits the mask
+      on_thread_start();
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
+    pthread_mutex_unlock(&start_mu);
     errno = saved;
   }
 }
@@ -1052,13 +1123,26 @@ void note_thread_exit(std::uint64_t small_out) {
   // decay thread looks soon rather than at the end of a sleep of up to a
   // second (a wake per exit only in such a process).
   if (orphan::note_exit()) wake_decay();
+  if (small_out >= kExitStartBytes) {
+    old = last_big_exit_ns.load(std::memory_order_relaxed);
+    while (old < now && !last_big_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
+    }
+    // A sleep of up to a second must not outlast the release's quiet
+    // while (one wake per such exit only).
+    if (thread_started.load(std::memory_order_relaxed)) wake_decay();
+  }
   // Not from free (start_thread says why): here, on the exiting thread's
   // key destructor, no lock of glibc's is held, and the thread's counter
   // slot still takes the TLS glibc allocates for the new thread.
+  // The live server waits for the next large allocation: its listening
+  // socket is moved above fd 1023, and growing the descriptor table of a
+  // process with other threads waits out an RCU grace period (~7 ms here),
+  // which the exiting thread, and whoever joins it, would pay (churn-1t:
+  // 1.05x its time).
   if (small_out >= kExitStartBytes && production_cache.cap() != 0 &&
       !thread_started.load(std::memory_order_relaxed)) {
     const int saved = errno;
-    start_thread();
+    start_thread(false);
     errno = saved;
   }
 }
@@ -1078,6 +1162,7 @@ void fork_child() {
   pthread_mutex_init(&start_mu, nullptr);
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
+  live_deferred.store(false);
   orphan::fork_child();
 }
 

@@ -483,9 +483,15 @@ void note_thread_exit(std::uint64_t small_out);
 // passes live::start). small_collect (may be null): what the decay thread
 // runs, under limit::collect_guarded, once no thread has exited for
 // small_collect_after_ns (small::collect_expired, and mimalloc's purge
-// delay for freed segments plus a margin).
+// delay for freed segments plus a margin). small_release (may be null):
+// what it runs, likewise, once no thread has exited for a while (100-800
+// ms) after a thread that handed out kExitStartBytes or more exited
+// (small::release_retained: mimalloc gives back all it keeps, its segment
+// cache included); last_start (may be null): when a thread last started
+// (stats::last_thread_start_ns), which sets that while.
 void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
-          std::uint64_t small_collect_after_ns);
+          std::uint64_t small_collect_after_ns, void (*small_release)() = nullptr,
+          std::uint64_t (*last_start)() = nullptr);
 void fork_prepare();
 void fork_parent();
 void fork_child();

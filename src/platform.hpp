@@ -340,8 +340,8 @@ void close_own(const OwnFd& o);
 // browsers' sandboxed children, any program that locks itself down:
 // SECCOMP_RET_KILL on clone3, socket, ...). lowtide's own threads and its
 // live socket are made late (the decay thread and the live server at the
-// first large allocation or a working thread's exit, the periodic
-// report's in a forked child), so
+// first large allocation, the decay thread alone at a working thread's
+// exit, the periodic report's in a forked child), so
 // before making either it asks whether the calling thread is still as the
 // process was at start. note_sandbox_at_start() reads the seccomp mode,
 // the filter count (kernels 5.9+) and no_new_privs from

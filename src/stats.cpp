@@ -280,10 +280,17 @@ void on_thread_exit(void* v) {
 
 }  // namespace
 
+namespace {
+std::atomic<std::uint64_t> thread_start_ns{0};
+}  // namespace
+
+std::uint64_t last_thread_start_ns() { return thread_start_ns.load(std::memory_order_relaxed); }
+
 Slot* attach() {
   // Callers save errno only after slot() (free keeps it unchanged): what
   // runs here must not change it either.
   int* err = &errno;
+  thread_start_ns.store(pal::now_ns(), std::memory_order_relaxed);
   t_local.errno_ptr = err;
   const int saved = *err;
   // The name it has now (usually inherited from its creator): a row keeps

@@ -176,6 +176,10 @@ inline void uncount_small_alloc(Slot* s, Counter call, std::size_t n, std::size_
 // syscall anyway, so shared atomics cost nothing there).
 void large_live_add(std::size_t bytes);
 void large_live_sub(std::size_t bytes);
+// When a thread last made its first counted call (pal::now_ns; 0: none
+// yet but the first): the decay thread's sign that a pool came back after
+// it gave back exited threads' pages (cache::note_thread_exit).
+std::uint64_t last_thread_start_ns();
 std::uint64_t large_live_now();  // large live bytes now
 std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak copy)
 

@@ -24,8 +24,8 @@
 //           goes down with it)
 //   exitstart as worker, but main makes no large allocation: it hands out
 //           8 MiB of small blocks, so its own exit (pthread_exit's key
-//           destructors) is what starts the decay thread and the live
-//           server (cache::note_thread_exit), while the worker runs
+//           destructors) is what starts the decay thread
+//           (cache::note_thread_exit), while the worker runs
 #include <cerrno>
 #include <cstddef>
 #include <csignal>
