@@ -216,6 +216,8 @@ int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept {
 
 namespace {
 
+void report_at_quick_exit() { report::at_exit(true); }
+
 // Runs once the loader has bound every symbol: only now can we tell whether
 // our malloc is the one the process uses.
 __attribute__((constructor)) void lowtide_constructor() {
@@ -236,6 +238,12 @@ __attribute__((constructor)) void lowtide_constructor() {
   // The report's helpers, only when this process writes a report.
   sig::install();
   periodic::start();
+  // quick_exit runs its handlers and then glibc's own _exit, reached inside
+  // libc without the PLT: lowtide's _exit never sees it, and no destructor
+  // runs, so such a process wrote no report. Handlers run last registered
+  // first: this one, registered before main, runs after the program's.
+  // Safe as from _exit (quick_exit may be called from a signal handler).
+  ::at_quick_exit(&report_at_quick_exit);
 }
 
 // Runs after the host's own exit work (Python's atexit handlers and

@@ -478,6 +478,22 @@ def case_thread_exit(a, tmp):
     check(r["large"]["maps"] >= 2, "both large blocks counted")
 
 
+def case_quick_exit(a, tmp):
+    # quick_exit ends the process through glibc's internal _exit, which
+    # lowtide's _exit never sees, and runs no destructor: the report comes
+    # from lowtide's at_quick_exit handler, after the program's own.
+    rc, out, err = run([a.procs, "quick-exit"], clean_env(a.lib, LOWTIDE_STATS="json",
+                                                          LOWTIDE_STATS_FILE=os.path.join(tmp, "r.json")))
+    check(rc == 0, f"exit status {rc}")
+    check(out == "own quick_exit handler\n", f"the program's handler ran: {out!r}")
+    path = only_file(tmp)
+    if path is None:
+        return
+    r = load(path)
+    check_schema(r)
+    check(r["large"]["maps"] >= 1, "its large block counted")
+
+
 # --- the text report -------------------------------------------------------
 
 SECTIONS = ["-- process --", "-- totals --", "-- large path --", "-- threads (by bytes handed out) --",

@@ -9,6 +9,8 @@
 //                yet once the children are gone (they must not report into it).
 //   thread-exit  a worker named "exiter" allocates and calls exit(0) while
 //                the main thread waits in pthread_join.
+//   quick-exit   allocates, registers a handler with at_quick_exit (it
+//                prints a line) and leaves with quick_exit(0).
 // Every wait is bounded (alarm(), waitpid polling with a deadline).
 #include <malloc.h>
 #include <pthread.h>
@@ -130,6 +132,17 @@ int run_thread_exit() {
   return 1;
 }
 
+void own_quick_exit_handler() {
+  std::printf("own quick_exit handler\n");
+  std::fflush(stdout);
+}
+
+int run_quick_exit() {
+  allocate_some(std::size_t{2} << 20);
+  CHECK(at_quick_exit(&own_quick_exit_handler) == 0);
+  std::quick_exit(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +161,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "family" && argc == 3) return run_family(argv[0], argv[2]);
   if (mode == "thread-exit") return run_thread_exit();
-  std::fprintf(stderr, "usage: %s hello|alloc|family FILE|thread-exit\n", argv[0]);
+  if (mode == "quick-exit") return run_quick_exit();
+  std::fprintf(stderr, "usage: %s hello|alloc|family FILE|thread-exit|quick-exit\n", argv[0]);
   return 2;
 }
