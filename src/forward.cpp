@@ -6,6 +6,7 @@
 #include "route.hpp"
 #include "small_path.hpp"
 #include "state.hpp"
+#include "stats.hpp"
 
 namespace lowtide::forward {
 
@@ -35,6 +36,9 @@ bool bind(F* slot, const char* name) {
 }
 }  // namespace
 
+// The probe's request (a small block).
+constexpr std::size_t kProbeSize = 24;
+
 bool detect() {
   // Ask the dynamic linker for the malloc everyone else is bound to and call
   // it once while our own entry points watch for the call. Comparing
@@ -49,7 +53,7 @@ bool detect() {
   route::close_fast_paths();
   forward::probe_hit.store(false, std::memory_order_relaxed);
   t_local.in_init = 1;
-  void* p = global_malloc(24);
+  void* p = global_malloc(kProbeSize);
   t_local.in_init = 0;
   bool ours = forward::probe_hit.load(std::memory_order_relaxed);
   bool ok = !ours && bind(&winner.malloc, "malloc") && bind(&winner.free, "free") &&
@@ -63,8 +67,17 @@ bool detect() {
   g.mode.store(ok ? kForwarding : kReady, std::memory_order_release);
   if (!ok) route::open_fast_paths();
   if (p != nullptr) {
-    if (ours) small::release(p);  // a small block: ours went straight to mimalloc
-    else winner.free != nullptr ? winner.free(p) : (void)0;
+    if (ours) {
+      // A small block: ours went straight to mimalloc, through
+      // route::allocate, which counted it as the program's malloc. It is
+      // lowtide's own call: its count is taken back (the block is freed
+      // uncounted), else every process started with one malloc and 32
+      // bytes live it never made, live until its exit report.
+      stats::uncount_small_alloc(stats::slot(), stats::malloc_calls, kProbeSize, small::usable(p));
+      small::release(p);
+    } else if (winner.free != nullptr) {
+      winner.free(p);
+    }
   }
   return ok;
 }
