@@ -93,6 +93,11 @@ LT_EXPORT int mlock2(const void* p, std::size_t len, unsigned int flags) noexcep
 // variables (init.hpp).
 LT_EXPORT int __cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept { return lowtide::cxa_atexit(f, arg, dso); }
 LT_EXPORT void _Exit(int status) { lowtide::libc::exit_now(status); }
+// Interposed so that lowtide's fork handlers are registered before any
+// other (init.cpp, register_atfork).
+LT_EXPORT int __register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso) noexcept {
+  return lowtide::register_atfork(prepare, parent, child, dso);
+}
 
 // The 20 replaceable allocation functions. mimalloc 2.0.9's own operator new
 // aborts on failure; these honour std::new_handler and throw std::bad_alloc.

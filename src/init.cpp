@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/auxv.h>
 #include <sys/resource.h>
@@ -28,10 +29,31 @@
 #include "stats.hpp"
 
 extern char** environ;
+extern "C" void* __dso_handle __attribute__((visibility("hidden")));  // this object's (crtbegin)
 
 namespace lowtide {
 
 namespace {
+
+// glibc's __register_atfork (what pthread_atfork calls), the definition after
+// lowtide's own (exports.cpp interposes it: register_atfork).
+using RegisterAtfork = int (*)(void (*)(), void (*)(), void (*)(), void*);
+std::atomic<RegisterAtfork> libc_register_atfork_fn{nullptr};
+
+RegisterAtfork libc_register_atfork() {
+  RegisterAtfork real = libc_register_atfork_fn.load(std::memory_order_acquire);
+  if (real != nullptr) return real;
+  real = reinterpret_cast<RegisterAtfork>(::dlsym(RTLD_NEXT, "__register_atfork"));
+  if (real == nullptr) {
+    // Without it no fork handler could be registered: a fork would copy
+    // locks held by other threads into the child.
+    static const char msg[] = "lowtide: cannot find glibc's __register_atfork\n";
+    pal::write_stderr(msg, sizeof msg - 1);
+    std::abort();
+  }
+  libc_register_atfork_fn.store(real, std::memory_order_release);
+  return real;
+}
 
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {
   // The warning is one line of at most 512 bytes: a long value is cut short
@@ -146,9 +168,10 @@ void init_once() {
               "blocks of {} and more go to mimalloc instead",
               format_size(route::settings.cutoff, buf, sizeof buf));
   }
-  // Registered before anything else can be (we are in the first allocation),
-  // so our prepare handler runs last and our child handler first.
-  ::pthread_atfork(&before_fork, &after_fork_parent, &after_fork_child);
+  // Registered before any other handler (register_atfork below runs this
+  // init before it registers anyone else's), so our prepare handler runs
+  // last and our parent and child handlers first.
+  libc_register_atfork()(&before_fork, &after_fork_parent, &after_fork_child, &__dso_handle);
   errno = saved;
 }
 
@@ -212,6 +235,24 @@ int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept {
     libc_cxa_atexit.store(real, std::memory_order_release);
   }
   return real(f, arg, dso);
+}
+
+int register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso) noexcept {
+  // lowtide's fork handlers must be registered before everyone else's:
+  // glibc runs prepare handlers last registered first and the parent's and
+  // child's first registered first, so lowtide's prepare (which takes its
+  // locks) then runs after every other prepare handler and its parent and
+  // child handlers (which release or reset them) before every other one.
+  // They are registered at first-call init, but a library's constructor
+  // may register its handlers before the process's first allocation (a C
+  // program allocates nothing before its libraries' constructors run):
+  // its handlers then ran inside lowtide's locked window, and a large
+  // allocation or free in one of them waited for ever on a lock lowtide
+  // held (in the parent's prepare or parent handler, or in the child).
+  // So the init runs first (a no-op once done; served at once on the
+  // thread that is running it).
+  (void)mode();
+  return libc_register_atfork()(prepare, parent, child, dso);
 }
 
 namespace {

@@ -26,4 +26,9 @@ inline int mode() {
 // is the loader's (recursive), once, to find glibc's function.
 int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept;
 
+// The exported __register_atfork (what pthread_atfork calls): glibc's,
+// after lowtide's first-call init, so that lowtide's own fork handlers are
+// always the first registered (init.cpp says why).
+int register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso) noexcept;
+
 }  // namespace lowtide

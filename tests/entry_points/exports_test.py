@@ -17,8 +17,9 @@ as ldd resolves them), keeps the allocation family, and asserts:
     _exit/_Exit report hooks, and sigaction/signal (which keep lowtide's
     SIGTERM/SIGINT report handler invisible: docs/report.md), and
     __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp),
-    mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp)
-    and mlock/mlock2 (locked memory turns off growth by mremap);
+    mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp),
+    mlock/mlock2 (locked memory turns off growth by mremap) and
+    __register_atfork (lowtide's fork handlers registered first: init.hpp);
  4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
 GLIBC_PRIVATE symbols of libc (e.g. __libc_reallocarray) are not part of
@@ -197,8 +198,10 @@ def main():
     # mlock/mlock2: mremap populates what it grows of a locked mapping, so
     # realloc grows by mremap only while nothing is locked
     # (src/platform.hpp mremap_growth_ok).
+    # __register_atfork (what pthread_atfork calls): lowtide's own fork
+    # handlers are registered before any other's (src/init.hpp).
     EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall",
-                  "mlock", "mlock2"}
+                  "mlock", "mlock2", "__register_atfork"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)
