@@ -40,17 +40,25 @@ namespace {
 using RegisterAtfork = int (*)(void (*)(), void (*)(), void (*)(), void*);
 std::atomic<RegisterAtfork> libc_register_atfork_fn{nullptr};
 
+// glibc's definition of a function lowtide interposes (RTLD_NEXT: the one
+// after lowtide's own). Only a process that cannot run has none; going on
+// would silently drop a destructor or leave fork without lowtide's
+// handlers (a child would copy locks other threads hold): one line, abort.
+void* libc_next(const char* name) {
+  void* f = ::dlsym(RTLD_NEXT, name);
+  if (f == nullptr) {
+    char msg[96];
+    auto r = fmt::format_to_n(msg, sizeof msg - 1, "lowtide: cannot find glibc's {}\n", name);
+    pal::write_stderr(msg, r.size < sizeof msg - 1 ? r.size : sizeof msg - 1);
+    std::abort();
+  }
+  return f;
+}
+
 RegisterAtfork libc_register_atfork() {
   RegisterAtfork real = libc_register_atfork_fn.load(std::memory_order_acquire);
   if (real != nullptr) return real;
-  real = reinterpret_cast<RegisterAtfork>(::dlsym(RTLD_NEXT, "__register_atfork"));
-  if (real == nullptr) {
-    // Without it no fork handler could be registered: a fork would copy
-    // locks held by other threads into the child.
-    static const char msg[] = "lowtide: cannot find glibc's __register_atfork\n";
-    pal::write_stderr(msg, sizeof msg - 1);
-    std::abort();
-  }
+  real = reinterpret_cast<RegisterAtfork>(libc_next("__register_atfork"));
   libc_register_atfork_fn.store(real, std::memory_order_release);
   return real;
 }
@@ -223,15 +231,7 @@ int cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept {
   }
   CxaAtexit real = libc_cxa_atexit.load(std::memory_order_acquire);
   if (real == nullptr) {
-    // RTLD_NEXT: the definition after lowtide's own, glibc's.
-    real = reinterpret_cast<CxaAtexit>(::dlsym(RTLD_NEXT, "__cxa_atexit"));
-    if (real == nullptr) {
-      // Failing the call would silently drop a destructor; there is no
-      // glibc to forward to, which cannot happen in a process that runs.
-      static const char msg[] = "lowtide: cannot find glibc's __cxa_atexit\n";
-      pal::write_stderr(msg, sizeof msg - 1);
-      std::abort();
-    }
+    real = reinterpret_cast<CxaAtexit>(libc_next("__cxa_atexit"));
     libc_cxa_atexit.store(real, std::memory_order_release);
   }
   return real(f, arg, dso);
