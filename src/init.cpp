@@ -284,7 +284,9 @@ __attribute__((constructor)) void lowtide_constructor() {
   // runs, so such a process wrote no report. Handlers run last registered
   // first: this one, registered before main, runs after the program's.
   // Safe as from _exit (quick_exit may be called from a signal handler).
-  ::at_quick_exit(&report_at_quick_exit);
+  // It fails only without memory for glibc's handler list: then quick_exit
+  // writes no report, as before, and nothing else changes.
+  if (::at_quick_exit(&report_at_quick_exit) != 0) return;
 }
 
 // Runs after the host's own exit work (Python's atexit handlers and
