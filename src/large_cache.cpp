@@ -1102,7 +1102,10 @@ void note_large_allocation() {
     sigset_t all, old;
     sigfillset(&all);
     pthread_mutex_lock(&start_mu);
-    if (live_deferred.exchange(false) && thread_started.load()) {
+    // Under the same rule as start_thread: a seccomp filter installed since
+    // the decay thread started may kill on the server's socket or clone3.
+    if (live_deferred.exchange(false) && thread_started.load() &&
+        pal::sandbox_since_start() == pal::Sandbox::as_at_start) {
       pthread_sigmask(SIG_SETMASK, &all, &old);  // the server inherits the mask
       on_thread_start();
       pthread_sigmask(SIG_SETMASK, &old, nullptr);

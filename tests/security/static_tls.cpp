@@ -24,6 +24,11 @@
 // Case 6 (a child with periodic reports on, exec'd, that installs a filter
 // killing on clone3 and socket, then forks, as sshd does): the
 // grandchild's lowtide-report thread is not tried, and it lives.
+// Case 7 (a child whose worker thread hands out 8 MiB of small blocks and
+// exits, which starts the decay thread and defers the live server to the
+// next large allocation; then a filter killing on clone, clone3 and socket,
+// then large blocks): the deferred server is not tried, the child lives.
+// Before the fix the first large block started it: SIGSYS at its socket.
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -307,6 +312,30 @@ int main(int argc, char** argv) {
     closedir(d);
   }
   rmdir(report_dir);
+
+  status = in_child(
+      [] {
+        std::thread t([] {
+          constexpr std::size_t kN = 8 * MiB / 256;
+          static void* v[kN];
+          for (std::size_t i = 0; i < kN; ++i) {
+            v[i] = malloc(opaque(std::size_t{256}));
+            CHECK(v[i] != nullptr);
+            std::memset(v[i], 1, 256);
+          }
+          for (std::size_t i = 0; i < kN; ++i) free(opaque(v[i]));
+        });
+        t.join();
+        if (!decay_thread_appears()) _exit(1);
+        kill_on_threads_and_sockets();
+        churn();
+        _exit(0);
+      },
+      &err);
+  lt::describe_status(status, how, sizeof how);
+  std::printf("  (case 7's child: %s)\n", how);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "decay thread started at a worker's exit, then a filter: no live server tried, the child lives");
 
   status = in_child(
       [] {
