@@ -993,7 +993,15 @@ void start_thread(bool with_live) {
   // clone3 a thread needs or the socket the live server needs
   // (pal::sandbox_since_start): neither is tried, as if no thread could
   // be created.
-  const pal::Sandbox sandbox = pal::sandbox_since_start();
+  const pal::Sandbox sandbox = pal::sandbox_since_start(with_live);
+  // At a thread's exit (with_live false) only that thread's state is known:
+  // a filter it installed on itself alone says nothing of the others, so
+  // the start is left to a later exit or large allocation, nothing recorded.
+  if (!with_live && sandbox != pal::Sandbox::as_at_start) {
+    thread_started.store(false);
+    pthread_mutex_unlock(&start_mu);
+    return;
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

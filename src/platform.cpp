@@ -1147,7 +1147,7 @@ void note_sandbox_at_start() {
   start_known.store(true, std::memory_order_release);
 }
 
-Sandbox sandbox_since_start() {
+Sandbox sandbox_since_start(bool latch) {
   if (filtered_latch.load(std::memory_order_relaxed)) return Sandbox::filtered;
   if (!start_known.load(std::memory_order_acquire)) return Sandbox::as_at_start;
   SeccompState s;
@@ -1159,7 +1159,7 @@ Sandbox sandbox_since_start() {
                      (s.has_filters ? s.filters > start_filters.load(std::memory_order_relaxed)
                                     : s.nnp > start_nnp.load(std::memory_order_relaxed));
   if (!added) return Sandbox::as_at_start;
-  filtered_latch.store(true, std::memory_order_relaxed);
+  if (latch) filtered_latch.store(true, std::memory_order_relaxed);
   return Sandbox::filtered;
 }
 

@@ -355,10 +355,11 @@ void close_own(const OwnFd& o);
 // fds), which may pass. `as_at_start` also where nothing was known at
 // start. Filters inherited at exec (a container runtime's, systemd's) are
 // the start state, not a change. Never allocates; reads in 256-byte
-// pieces.
+// pieces. latch false: a `filtered` of this thread is not remembered for
+// the process (an exiting thread's filter may be its own alone).
 enum class Sandbox { as_at_start, filtered, unreadable };
 void note_sandbox_at_start();
-Sandbox sandbox_since_start();
+Sandbox sandbox_since_start(bool latch = true);
 // Test hook: the status file read instead of /proc/thread-self/status
 // (nullptr: that one again); forgets the start state and the latch.
 void set_status_path_for_test(const char* path);

@@ -29,6 +29,11 @@
 // next large allocation; then a filter killing on clone, clone3 and socket,
 // then large blocks): the deferred server is not tried, the child lives.
 // Before the fix the first large block started it: SIGSYS at its socket.
+// Case 8 (a child whose worker thread installs a filter on itself alone,
+// hands out 8 MiB of small blocks and exits; then main makes large
+// blocks): the worker's filter is no reason for main to go without the
+// decay thread. Before the fix its exit latched `filtered` for the process:
+// a warning, and no decay thread and no cache for good.
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -94,6 +99,19 @@ void churn() {
     std::memset(p, round + 1, 4 * MiB);
     free(opaque(p));
   }
+}
+
+// 8 MiB of small blocks handed out (kept, then freed): at this thread's
+// exit, enough to start the decay thread (cache::kExitStartBytes).
+void hand_out_small() {
+  constexpr std::size_t kN = 8 * MiB / 256;
+  static void* v[kN];
+  for (std::size_t i = 0; i < kN; ++i) {
+    v[i] = malloc(opaque(std::size_t{256}));
+    CHECK(v[i] != nullptr);
+    std::memset(v[i], 1, 256);
+  }
+  for (std::size_t i = 0; i < kN; ++i) free(opaque(v[i]));
 }
 
 // The thread names itself once it runs: wait for that (up to 60 s).
@@ -315,16 +333,7 @@ int main(int argc, char** argv) {
 
   status = in_child(
       [] {
-        std::thread t([] {
-          constexpr std::size_t kN = 8 * MiB / 256;
-          static void* v[kN];
-          for (std::size_t i = 0; i < kN; ++i) {
-            v[i] = malloc(opaque(std::size_t{256}));
-            CHECK(v[i] != nullptr);
-            std::memset(v[i], 1, 256);
-          }
-          for (std::size_t i = 0; i < kN; ++i) free(opaque(v[i]));
-        });
+        std::thread t(hand_out_small);
         t.join();
         if (!decay_thread_appears()) _exit(1);
         kill_on_threads_and_sockets();
@@ -336,6 +345,23 @@ int main(int argc, char** argv) {
   std::printf("  (case 7's child: %s)\n", how);
   expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
          "decay thread started at a worker's exit, then a filter: no live server tried, the child lives");
+
+  status = in_child(
+      [] {
+        std::thread t([] {
+          allow_all();
+          hand_out_small();
+        });
+        t.join();
+        churn();
+        _exit(decay_thread_appears() ? 0 : 1);
+      },
+      &err);
+  lt::describe_status(status, how, sizeof how);
+  std::printf("  (case 8's child: %s)\n", how);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && err.empty(),
+         "a worker's own filter at its exit: main's large blocks start the decay thread, no warning");
+  if (!err.empty()) std::printf("  child stderr: <<%s>>\n", err.c_str());
 
   status = in_child(
       [] {
