@@ -47,7 +47,8 @@ class Scratch {
 
 // A string from outside the library (a command line, a thread name, a
 // module, source or Python file name, a function name) in the text report:
-// bytes below 0x20 and 0x7f are shown as '?', so that a name cannot move a
+// bytes below 0x20 and 0x7f, and the C1 controls U+0080-U+009F in UTF-8,
+// are shown as '?', so that a name cannot move a
 // terminal's cursor, recolour it, or forge report lines with a newline.
 // (The JSON report escapes them, and Prometheus labels likewise.)
 struct Shown {
@@ -120,6 +121,13 @@ struct fmt::formatter<lowtide::report::Shown> {
     auto out = ctx.out();
     for (std::size_t i = 0; i < v.n; ++i) {
       const auto c = static_cast<unsigned char>(v.s[i]);
+      // U+0080-U+009F in UTF-8 (0xc2 0x80-0x9f): the C1 controls, which
+      // UTF-8 terminals (xterm, VTE) act on as ESC-sequences (U+009B: CSI).
+      if (c == 0xc2 && i + 1 < v.n && (static_cast<unsigned char>(v.s[i + 1]) & 0xe0) == 0x80) {
+        *out++ = '?';
+        ++i;
+        continue;
+      }
       *out++ = (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
     }
     return out;

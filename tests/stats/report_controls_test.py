@@ -20,6 +20,9 @@ from lttest import check, clean_env  # noqa: E402
 
 NAME = b"t\x1b[31m\nforged"  # 15 bytes: fits a thread name (16 with its NUL)
 ARG = "arg\x1b[2J\nforged line from the command\x07"
+# U+009B, CSI as one C1 control (UTF-8 c2 9b): xterm and VTE clear the
+# screen at it as at ESC [. Before the fix it went out as it was.
+ARG_C1 = "c1\u009b2J"
 PROG = r"""
 import ctypes, sys
 libc = ctypes.CDLL(None)
@@ -37,7 +40,7 @@ def main():
         js = os.path.join(d, "r.json")
         for kind, path in (("text", text), ("json", js)):
             env = clean_env(a.lib, LOWTIDE_STATS=kind, LOWTIDE_STATS_FILE=path)
-            p = subprocess.run(["/usr/bin/python3", "-c", PROG, NAME.decode("latin-1"), ARG], env=env,
+            p = subprocess.run(["/usr/bin/python3", "-c", PROG, NAME.decode("latin-1"), ARG, ARG_C1], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
             check(p.returncode == 0, f"{kind}: exit status {p.returncode}: {p.stderr[-500:]!r}")
         with open(text, "rb") as f:
@@ -49,11 +52,15 @@ def main():
         check(any(b"t?[31m?forged" in ln for ln in lines), "text report: the thread's name, shown with '?'")
         check(any(b"arg?[2J?forged line from the command?" in ln for ln in lines),
               "text report: the command line, shown with '?'")
+        check(not any(b"\xc2" + bytes([c]) in body for c in range(0x80, 0xA0)),
+              "text report: no C1 control (UTF-8) in it")
+        check(any(b"c1?2J" in ln for ln in lines), "text report: the C1 control in the command line shown as '?'")
         with open(js) as f:
             rep = json.load(f)
         names = [t.get("name") for t in rep.get("threads", [])]
         check(NAME.decode("latin-1") in names, f"JSON report: the thread's name whole: {names!r}")
         check(ARG in rep.get("command", ""), f"JSON report: the command whole: {rep.get('command')!r}")
+        check(ARG_C1 in rep.get("command", ""), f"JSON report: the C1 argument whole: {rep.get('command')!r}")
     lttest.finish()
     return 0
 
