@@ -975,6 +975,10 @@ constexpr unsigned kMaxBackoffShift = 6;  // 1 s << 6 = 64 s
 // Set when the decay thread was started without the live server (at a
 // thread's exit): the next large allocation starts the server.
 std::atomic<bool> live_deferred{false};
+// Set at the first large allocation (seq_cst, as live_deferred's store and
+// both loads): one that came while an exit's start was under way (it saw
+// the thread started, but no deferral yet) has the exit start the server.
+std::atomic<bool> large_seen{false};
 
 void start_thread(bool with_live) {
   if (!use_thread) return;
@@ -1015,7 +1019,10 @@ void start_thread(bool with_live) {
   // thread never allocates and has none).
   if (rc == 0 && on_thread_start != nullptr) {
     if (with_live) on_thread_start();
-    else live_deferred.store(true, std::memory_order_relaxed);
+    else {
+      live_deferred.store(true);
+      if (large_seen.load() && live_deferred.exchange(false)) on_thread_start();
+    }
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_mutex_unlock(&start_mu);
@@ -1096,6 +1103,7 @@ void note_large_allocation() {
   // Outside every lock: keeps the memory limit's RSS estimate fresh when the
   // decay thread is off (frees need none: they only make it smaller).
   limit::maybe_sample();
+  if (!large_seen.load(std::memory_order_relaxed)) large_seen.store(true);
   if (production_cache.cap() != 0 && !thread_started.load(std::memory_order_relaxed)) {
     // Inside an allocation that succeeds: errno stays as the program left
     // it. Starting the threads sets it on paths that still succeed (the live
@@ -1105,7 +1113,10 @@ void note_large_allocation() {
     const int saved = errno;
     start_thread(true);
     errno = saved;
-  } else if (live_deferred.load(std::memory_order_relaxed)) {
+  }
+  // Not an else: a start that found an exit's start under way did not
+  // start the server.
+  if (live_deferred.load()) {
     const int saved = errno;
     sigset_t all, old;
     sigfillset(&all);
@@ -1174,6 +1185,7 @@ void fork_child() {
   // The decay thread does not exist in the child; the next put starts one.
   thread_started.store(false);
   live_deferred.store(false);
+  large_seen.store(false);
   orphan::fork_child();
 }
 
