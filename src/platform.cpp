@@ -1258,14 +1258,30 @@ int start_thread(void* (*fn)(void*), void* arg, std::size_t need) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  // The ordinary policy (SCHED_OTHER), not the creating thread's: a
+  // real-time thread's large allocation or exit must not give lowtide's
+  // housekeeping (the decay thread's collects, a report) its priority over
+  // the program's other real-time threads. Where the kernel refuses it
+  // (EPERM: leaving SCHED_IDLE without RLIMIT_NICE room), the creator's is
+  // kept, as before.
   const auto create = [&](std::size_t stack) {  // stack 0: glibc's default size
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (stack != 0) pthread_attr_setstacksize(&attr, stack);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
+    int rc = EPERM;
+    for (int explicit_sched = 1; explicit_sched >= 0 && rc == EPERM; --explicit_sched) {
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      if (stack != 0) pthread_attr_setstacksize(&attr, stack);
+      if (explicit_sched != 0) {
+        sched_param sp{};
+        sp.sched_priority = 0;
+        pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+        pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
+        pthread_attr_setschedparam(&attr, &sp);
+      }
+      pthread_t t;
+      rc = pthread_create(&t, &attr, fn, arg);
+      pthread_attr_destroy(&attr);
+    }
     return rc;
   };
   int rc = EINVAL;

@@ -26,7 +26,12 @@ typedef int (*create_fn)(pthread_t*, const pthread_attr_t*, void* (*)(void*), vo
 
 int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*f)(void*), void* arg) {
   static create_fn real;
-  if (real == NULL) real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+  if (real == NULL) {
+    /* dlsym returns an object pointer; ISO C has no cast to a function
+       pointer, POSIX guarantees the representation: copy it. */
+    void* sym = dlsym(RTLD_NEXT, "pthread_create");
+    memcpy(&real, &sym, sizeof real);
+  }
   if (atomic_load(&worker_tid) == (int)syscall(SYS_gettid)) {
     atomic_store(&in_start, 1);
     usleep(300 * 1000);
@@ -54,7 +59,7 @@ static int thread_named(const char* want) {
   struct dirent* e;
   while (d != NULL && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
-    char path[64], name[32] = "";
+    char path[300], name[32] = "";
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
     FILE* f = fopen(path, "r");
     if (f == NULL) continue;
