@@ -1261,23 +1261,32 @@ int start_thread(void* (*fn)(void*), void* arg, std::size_t need) {
   // The ordinary policy (SCHED_OTHER), not the creating thread's: a
   // real-time thread's large allocation or exit must not give lowtide's
   // housekeeping (the decay thread's collects, a report) its priority over
-  // the program's other real-time threads. Where the kernel refuses it
-  // (EPERM: leaving SCHED_IDLE without RLIMIT_NICE room), the creator's is
-  // kept, as before.
+  // the program's other real-time threads. And the main thread's CPUs, not
+  // the creating thread's: a worker pinned to a CPU set apart for it
+  // (isolcpus, a latency-critical thread) must not bring lowtide's threads
+  // onto that CPU for good. Where the kernel refuses either (EPERM: leaving
+  // SCHED_IDLE without RLIMIT_NICE room; EINVAL: CPUs outside the cpuset
+  // since), less is asked for, down to the creator's, as before.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int saved = errno;
+  const bool main_cpus = ::sched_getaffinity(::getpid(), sizeof cpus, &cpus) == 0;
+  errno = saved;
   const auto create = [&](std::size_t stack) {  // stack 0: glibc's default size
     int rc = EPERM;
-    for (int explicit_sched = 1; explicit_sched >= 0 && rc == EPERM; --explicit_sched) {
+    for (int ask = main_cpus ? 2 : 1; ask >= 0 && (rc == EPERM || rc == EINVAL); --ask) {
       pthread_attr_t attr;
       pthread_attr_init(&attr);
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
       if (stack != 0) pthread_attr_setstacksize(&attr, stack);
-      if (explicit_sched != 0) {
+      if (ask >= 1) {
         sched_param sp{};
         sp.sched_priority = 0;
         pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
         pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
         pthread_attr_setschedparam(&attr, &sp);
       }
+      if (ask == 2) pthread_attr_setaffinity_np(&attr, sizeof cpus, &cpus);
       pthread_t t;
       rc = pthread_create(&t, &attr, fn, arg);
       pthread_attr_destroy(&attr);
