@@ -980,6 +980,21 @@ std::atomic<bool> live_deferred{false};
 // the thread started, but no deferral yet) has the exit start the server.
 std::atomic<bool> large_seen{false};
 
+// Under start_mu: the live server the exit's start deferred, unless it was
+// started meanwhile, the decay thread is gone (no start succeeded), or a
+// seccomp filter installed since may kill on the server's socket or clone3
+// (as start_thread asks). Every signal blocked: the server inherits the mask.
+void start_deferred_live_locked() {
+  if (!live_deferred.exchange(false) || !thread_started.load() ||
+      pal::sandbox_since_start() != pal::Sandbox::as_at_start)
+    return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  on_thread_start();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
 void start_thread(bool with_live) {
   if (!use_thread) return;
   std::uint64_t retry = retry_after_ns.load(std::memory_order_relaxed);
@@ -1021,7 +1036,7 @@ void start_thread(bool with_live) {
     if (with_live) on_thread_start();
     else {
       live_deferred.store(true);
-      if (large_seen.load() && live_deferred.exchange(false)) on_thread_start();
+      if (large_seen.load()) start_deferred_live_locked();
     }
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -1118,17 +1133,8 @@ void note_large_allocation() {
   // start the server.
   if (live_deferred.load()) {
     const int saved = errno;
-    sigset_t all, old;
-    sigfillset(&all);
     pthread_mutex_lock(&start_mu);
-    // Under the same rule as start_thread: a seccomp filter installed since
-    // the decay thread started may kill on the server's socket or clone3.
-    if (live_deferred.exchange(false) && thread_started.load() &&
-        pal::sandbox_since_start() == pal::Sandbox::as_at_start) {
-      pthread_sigmask(SIG_SETMASK, &all, &old);  // the server inherits the mask
-      on_thread_start();
-      pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    }
+    start_deferred_live_locked();
     pthread_mutex_unlock(&start_mu);
     errno = saved;
   }
@@ -1145,24 +1151,24 @@ void note_thread_exit(std::uint64_t small_out) {
   // decay thread looks soon rather than at the end of a sleep of up to a
   // second (a wake per exit only in such a process).
   if (orphan::note_exit()) wake_decay();
-  if (small_out >= kExitStartBytes) {
-    old = last_big_exit_ns.load(std::memory_order_relaxed);
-    while (old < now && !last_big_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
-    }
+  if (small_out < kExitStartBytes) return;
+  // A thread that did real work: the release after exits (decay_main).
+  old = last_big_exit_ns.load(std::memory_order_relaxed);
+  while (old < now && !last_big_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
+  }
+  if (thread_started.load(std::memory_order_relaxed)) {
     // A sleep of up to a second must not outlast the release's quiet
     // while (one wake per such exit only).
-    if (thread_started.load(std::memory_order_relaxed)) wake_decay();
-  }
-  // Not from free (start_thread says why): here, on the exiting thread's
-  // key destructor, no lock of glibc's is held, and the thread's counter
-  // slot still takes the TLS glibc allocates for the new thread.
-  // The live server waits for the next large allocation: its listening
-  // socket is moved above fd 1023, and growing the descriptor table of a
-  // process with other threads waits out an RCU grace period (~7 ms here),
-  // which the exiting thread, and whoever joins it, would pay (churn-1t:
-  // 1.05x its time).
-  if (small_out >= kExitStartBytes && production_cache.cap() != 0 &&
-      !thread_started.load(std::memory_order_relaxed)) {
+    wake_decay();
+  } else if (production_cache.cap() != 0) {
+    // Not from free (start_thread says why): here, on the exiting thread's
+    // key destructor, no lock of glibc's is held, and the thread's counter
+    // slot still takes the TLS glibc allocates for the new thread. The live
+    // server waits for the next large allocation: its listening socket is
+    // moved above fd 1023, and growing the descriptor table of a process
+    // with other threads waits out an RCU grace period (~7 ms here), which
+    // the exiting thread, and whoever joins it, would pay (churn-1t: 1.05x
+    // its time).
     const int saved = errno;
     start_thread(false);
     errno = saved;

@@ -67,7 +67,7 @@ std::uint64_t retired_threads = 0;
 pthread_key_t exit_key;
 bool have_key = false;
 void (*flush_cache)(small::ThreadCache*) = nullptr;  // init's: the small path's cache_flush
-void (*thread_exited)(std::uint64_t) = nullptr;                   // init's: cache::note_thread_exit
+void (*thread_exited)(std::uint64_t) = nullptr;     // init's: cache::note_thread_exit
 std::size_t (*shelf_bytes)() = nullptr;  // init's: the small path's shelf_bytes
 std::size_t (*cache_bytes)(const small::ThreadCache*) = nullptr;  // and its cache_bytes
 

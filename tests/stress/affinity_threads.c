@@ -6,13 +6,14 @@
  * two CPUs the process may use; with one there is nothing to tell apart
  * (exit 77, meson's skip). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "lowtide_threads.h"
 
 static cpu_set_t main_cpus;
 static int pinned_cpu = -1;
@@ -30,6 +31,15 @@ static void* worker(void* arg) {
   return NULL;
 }
 
+static int not_main_cpus(int tid, const char* name, void* arg) {
+  (void)arg;
+  cpu_set_t got;
+  if (sched_getaffinity(tid, sizeof got, &got) == 0 && CPU_EQUAL(&got, &main_cpus)) return 0;
+  fprintf(stderr, "FAIL: %s may run on %d CPU(s), want the main thread's %d\n", name, CPU_COUNT(&got),
+          CPU_COUNT(&main_cpus));
+  return 1;
+}
+
 int main(void) {
   if (sched_getaffinity(0, sizeof main_cpus, &main_cpus) != 0) return 4;
   if (CPU_COUNT(&main_cpus) < 2) {
@@ -41,40 +51,8 @@ int main(void) {
   pthread_t t;
   void* r = NULL;
   if (pthread_create(&t, NULL, worker, NULL) != 0 || pthread_join(t, &r) != 0 || r != NULL) return 5;
-  int seen = 0, bad = 0;
-  for (int tries = 0; tries < 500 && seen < 2; ++tries) {
-    seen = 0;
-    bad = 0;
-    DIR* d = opendir("/proc/self/task");
-    if (d == NULL) return 4;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-      char path[300], comm[32] = "";
-      if (e->d_name[0] == '.') continue;
-      snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-      FILE* f = fopen(path, "r");
-      if (f == NULL) continue;
-      if (fgets(comm, sizeof comm, f) == NULL) comm[0] = '\0';
-      fclose(f);
-      comm[strcspn(comm, "\n")] = '\0';
-      if (strncmp(comm, "lowtide-", 8) != 0) continue;
-      ++seen;
-      cpu_set_t got;
-      if (sched_getaffinity(atoi(e->d_name), sizeof got, &got) != 0 || !CPU_EQUAL(&got, &main_cpus)) {
-        fprintf(stderr, "FAIL: %s may run on %d CPU(s), want the main thread's %d\n", comm, CPU_COUNT(&got),
-                CPU_COUNT(&main_cpus));
-        bad = 1;
-      }
-    }
-    closedir(d);
-    if (seen < 2) usleep(10000);
-  }
-  if (seen < 2) {
-    fprintf(stderr, "FAIL: %d lowtide thread(s) after a large allocation, want the decay thread and the live server\n", seen);
-    return 1;
-  }
-  if (bad) return 1;
-  printf("ok: lowtide's %d threads run on the main thread's %d CPUs, not the pinned worker's one\n", seen,
+  if (check_lowtide_threads(not_main_cpus, NULL) != 0) return 1;
+  printf("ok: lowtide's threads run on the main thread's %d CPUs, not the pinned worker's one\n",
          CPU_COUNT(&main_cpus));
   return 0;
 }
