@@ -1164,11 +1164,14 @@ void note_thread_exit(std::uint64_t small_out) {
     // Not from free (start_thread says why): here, on the exiting thread's
     // key destructor, no lock of glibc's is held, and the thread's counter
     // slot still takes the TLS glibc allocates for the new thread. The live
-    // server waits for the next large allocation: its listening socket is
+    // server waits for the next large allocation. Its listening socket is
     // moved above fd 1023, and growing the descriptor table of a process
-    // with other threads waits out an RCU grace period (~7 ms here), which
-    // the exiting thread, and whoever joins it, would pay (churn-1t: 1.05x
-    // its time).
+    // with other threads waits out an RCU grace period (~7 ms here): when
+    // the starting thread made the socket, the exiting thread and whoever
+    // joined it paid that (churn-1t: 1.05x its time). The server now makes
+    // it itself (live.cpp, open_listening); the wait is kept so that a
+    // program that never makes a large allocation has no socket and no
+    // second thread of lowtide's.
     const int saved = errno;
     start_thread(false);
     errno = saved;

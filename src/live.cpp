@@ -134,8 +134,15 @@ socklen_t add_suffix(sockaddr_un* a, socklen_t len) {
 }
 
 int open_socket() {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Moved high before it has a name: whoever sees the name (the CLI, a
+  // program listing /proc/net/unix) sees the number it keeps, so a program
+  // that closes every descriptor once it saw the name closes this one too
+  // (the dup waits out the fd table's growth, milliseconds: a close-all
+  // meanwhile would miss the number the socket was moving to).
+  int fd = move_high(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return -1;  // not ours to close
   sockaddr_un a;
   const socklen_t plain_len = make_name(&a);
   socklen_t len = plain_len;
@@ -156,13 +163,8 @@ int open_socket() {
     rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
   }
   if (rc != 0 || ::listen(fd, 4) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  fd = move_high(fd);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
+    struct stat now;
+    if (::fstat(fd, &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) ::close(fd);
     return -1;
   }
   listen_dev = st.st_dev;
@@ -618,10 +620,37 @@ Took take_one(int fd, int pid, uid_t overflow) {
   return done ? Took::answered : Took::not_answered;
 }
 
-void* server_main(void* arg) {
+// The listening socket, made on the server's own thread rather than by the
+// thread whose large allocation started the server: moving it above fd
+// 1023 (move_high) grows the process's fd table, and in a process with more
+// than one thread (the decay thread is one) the kernel then waits out an
+// RCU grace period, 6-17 ms here, which that allocation paid (the first
+// large block of every process, `python3 -c pass` 64 against 58 ms). Made
+// inside a window of the fork gate and recorded in listen_fd before the
+// window closes: a fork waits for it, so no child inherits a listening fd
+// its fork handler does not know of (before, the start lock gave the same).
+// -1 when it cannot be made (a fork under way for 20 ms at each of a few
+// tries, no socket allowed): the server then never runs, as before when
+// start() could not make it.
+int open_listening() {
+  for (int tries = 0; tries < 5; ++tries) {
+    if (!enter_fork_window()) continue;
+    const int fd = open_socket();
+    if (fd >= 0) listen_fd.store(fd);
+    pal::fork_window_close();
+    return fd;
+  }
+  return -1;
+}
+
+void* server_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-live");
   orphan::own_thread_started();
-  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(arg));
+  const int fd = open_listening();
+  if (fd < 0) {
+    orphan::own_thread_ending();
+    return nullptr;
+  }
   const int pid = g.pid;
   const uid_t overflow = overflow_uid();
   Budget budget;
@@ -650,22 +679,13 @@ void* server_main(void* arg) {
 void start() {
   if (g.secure || g.config.get(Opt::live) != 0) return;  // "on" is the first word
   if (started.exchange(true)) return;
-  // The caller holds the decay thread's start lock, which fork's prepare
-  // handler takes too: no child inherits a listening fd not yet recorded.
-  int fd = open_socket();
-  if (fd < 0) return;
-  listen_fd.store(fd);
-  // Detached, all signals blocked (pal::start_thread). The stack: 512 KiB
+  // Detached, all signals blocked (pal::start_thread). It makes its
+  // listening socket itself (open_listening says why). The stack: 512 KiB
   // beyond the static TLS block, for the answer's report: with
   // LOWTIDE_SITES it symbolizes call sites through libdw and demangles
   // their names (symbolize.cpp bounds the demangler's share by the length
   // of the names it demangles).
-  const int rc = pal::start_thread(&server_main, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
-                                   std::size_t{512} << 10);
-  if (rc != 0) {
-    listen_fd.store(-1);
-    ::close(fd);
-  }
+  pal::start_thread(&server_main, nullptr, std::size_t{512} << 10);
 }
 
 void fork_child() {

@@ -63,6 +63,35 @@ def _other_netns(pid):
         return False
 
 
+# How long a process whose lowtide-live thread has no socket name yet is
+# waited for (the thread makes it within milliseconds of its start).
+NAME_WAIT = 2.0
+
+
+def _has_live_thread(pid):
+    """Whether pid has a thread named lowtide-live (False where its threads
+    cannot be read)."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() == "lowtide-live":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _named(pid):
+    """Whether one of pid's names, or a name under one, is listed in
+    /proc/net/unix (this network namespace's)."""
+    listeners = _listeners()
+    return any(n in listeners or any(l.startswith(n + "/") for l in listeners) for n in socket_names(pid))
+
+
 def _not_reachable(pid):
     msg = ("pid %d has no lowtide socket. It is reachable only when it runs under lowtide with "
            "LOWTIDE_LIVE=on (the default), has made a large allocation (the socket is opened with the "
@@ -240,6 +269,13 @@ def query(pid, timeout=10.0):
         raise LiveError("no process %d" % pid)
     deadline = time.monotonic() + timeout
     pending = candidates(pid)
+    # The server makes its socket on its own thread, a moment after the
+    # large allocation that started it (src/live.cpp, open_listening): a
+    # process with a lowtide-live thread and no name yet is waited for.
+    born = time.monotonic() + min(timeout, NAME_WAIT)
+    while not _named(pid) and time.monotonic() < born and _has_live_thread(pid):
+        time.sleep(0.02)
+        pending = candidates(pid)
     errors = []
     while pending:
         busy = []

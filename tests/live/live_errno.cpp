@@ -4,6 +4,9 @@
 // one: it binds the live socket's name for its own pid first, so the
 // server's bind fails with EADDRINUSE and it binds a fallback name; until
 // 2026-12-06 that EADDRINUSE was left in errno by a malloc that succeeded.
+// Since the twentieth stop the server makes its socket on its own thread
+// (errno is per thread); the malloc must still leave errno as it was
+// through everything else the start does (reading /proc, pthread_create).
 // Exits 0 when errno is kept, 1 (with a line saying why) otherwise.
 #include <cerrno>
 #include <cstddef>

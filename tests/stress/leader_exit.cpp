@@ -68,16 +68,24 @@ void end_live_thread() {
   std::snprintf(tail, sizeof tail, "/%d", static_cast<int>(getpid()));
   const std::size_t tail_len = std::strlen(tail);
   char name[108] = {};
-  if (FILE* f = std::fopen("/proc/net/unix", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr) {
-      std::size_t n = std::strlen(line);
-      while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
-      const char* at = std::strstr(line, " @lowtide/");
-      if (at != nullptr && n > tail_len && std::strcmp(line + n - tail_len, tail) == 0)
-        std::snprintf(name, sizeof name, "%s", at + 2);
+  // The server makes its socket on its own thread, just after the large
+  // allocation that started it: looked for up to 10 s.
+  for (int tries = 0; name[0] == '\0' && tries < 1000; ++tries) {
+    if (tries > 0) {
+      const timespec ts{0, 10'000'000};
+      nanosleep(&ts, nullptr);
     }
-    std::fclose(f);
+    if (FILE* f = std::fopen("/proc/net/unix", "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, f) != nullptr) {
+        std::size_t n = std::strlen(line);
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
+        const char* at = std::strstr(line, " @lowtide/");
+        if (at != nullptr && n > tail_len && std::strcmp(line + n - tail_len, tail) == 0)
+          std::snprintf(name, sizeof name, "%s", at + 2);
+      }
+      std::fclose(f);
+    }
   }
   if (name[0] == '\0') _exit(7);  // no live socket: the case would test nothing
   for (int fd = 3; fd < 4096; ++fd) close(fd);
