@@ -157,7 +157,7 @@ void init_once() {
   // threads' segments expired.
   cache::init(&small::committed_now, &live::start, &small::collect_expired,
               small::segment_purge_delay_ns() + 100'000'000u, &small::release_retained,
-              &stats::last_thread_start_ns);
+              &stats::last_thread_start_ns, &live::prepare);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;

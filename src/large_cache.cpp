@@ -765,6 +765,7 @@ namespace {
 bool use_thread = false;
 std::atomic<bool> thread_started{false};
 void (*on_thread_start)() = nullptr;
+void (*live_prepare_fn)(bool) = nullptr;
 pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 // Cached blocks give way to memory the process takes from elsewhere: what
@@ -1024,7 +1025,11 @@ void start_thread(bool with_live) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  // The live server's socket, made now where no other thread shares the fd
+  // table yet (its growth is free then: live::prepare).
+  if (with_live && sandbox == pal::Sandbox::as_at_start && live_prepare_fn != nullptr) live_prepare_fn(true);
   const int rc = sandbox != pal::Sandbox::as_at_start ? EPERM : pal::start_thread(&decay_main, nullptr, kStack);
+  if (rc != 0 && live_prepare_fn != nullptr) live_prepare_fn(false);
   // The live-query server (src/live.cpp) is started here, with the decay
   // thread and under the same rules: at a large allocation, outside every
   // lock, every signal blocked (the new thread inherits the mask), only in
@@ -1086,7 +1091,9 @@ void account_returned(std::size_t bytes, Reason why) {
 }
 
 void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
-          std::uint64_t small_collect_after_ns, void (*small_release)(), std::uint64_t (*last_start)()) {
+          std::uint64_t small_collect_after_ns, void (*small_release)(), std::uint64_t (*last_start)(),
+          void (*live_prepare)(bool)) {
+  live_prepare_fn = live_prepare;
   small_release_fn = small_release;
   last_start_fn = last_start;
   small_committed_fn = small_committed;

@@ -491,7 +491,7 @@ void note_thread_exit(std::uint64_t small_out);
 // (stats::last_thread_start_ns), which sets that while.
 void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
           std::uint64_t small_collect_after_ns, void (*small_release)() = nullptr,
-          std::uint64_t (*last_start)() = nullptr);
+          std::uint64_t (*last_start)() = nullptr, void (*live_prepare)(bool) = nullptr);
 void fork_prepare();
 void fork_parent();
 void fork_child();

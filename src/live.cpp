@@ -646,7 +646,9 @@ int open_listening() {
 void* server_main(void*) {
   pthread_setname_np(pthread_self(), "lowtide-live");
   orphan::own_thread_started();
-  const int fd = open_listening();
+  // Made by prepare() where the process had no other thread, else here.
+  int fd = listen_fd.load();
+  if (fd < 0) fd = open_listening();
   if (fd < 0) {
     orphan::own_thread_ending();
     return nullptr;
@@ -680,12 +682,37 @@ void start() {
   if (g.secure || g.config.get(Opt::live) != 0) return;  // "on" is the first word
   if (started.exchange(true)) return;
   // Detached, all signals blocked (pal::start_thread). It makes its
-  // listening socket itself (open_listening says why). The stack: 512 KiB
+  // listening socket itself where prepare() did not (open_listening says
+  // why). The stack: 512 KiB
   // beyond the static TLS block, for the answer's report: with
   // LOWTIDE_SITES it symbolizes call sites through libdw and demangles
   // their names (symbolize.cpp bounds the demangler's share by the length
   // of the names it demangles).
-  pal::start_thread(&server_main, nullptr, std::size_t{512} << 10);
+  if (pal::start_thread(&server_main, nullptr, std::size_t{512} << 10) != 0) {
+    // No server: a socket prepare() made goes (nobody would answer on it).
+    const int fd = listen_fd.exchange(-1);
+    if (fd >= 0 && still_ours(fd)) ::close(fd);
+  }
+}
+
+void prepare(bool make) {
+  if (g.secure || g.config.get(Opt::live) != 0) return;
+  if (!make) {
+    // Only a socket no server took (start() sets started before it makes
+    // the server's thread).
+    if (started.load()) return;
+    const int fd = listen_fd.exchange(-1);
+    if (fd >= 0 && still_ours(fd)) ::close(fd);
+    return;
+  }
+  if (started.load() || listen_fd.load() >= 0) return;
+  long threads = 0;
+  // The kernel's thread count, from the main thread's stat (0 where /proc
+  // cannot be read: the server thread makes the socket then).
+  pal::leader_gone(static_cast<int>(::getpid()), &threads);
+  if (threads != 1) return;
+  const int fd = open_socket();
+  if (fd >= 0) listen_fd.store(fd);
 }
 
 void fork_child() {

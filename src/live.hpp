@@ -23,6 +23,16 @@ namespace lowtide::live {
 // docs/usage.md says when). Allocates only through glibc's pthread_create.
 void start();
 
+// Called under the same start lock just before the decay thread is created
+// (make true), and after a start that created none (make false). With
+// make: in a process that has no other thread, makes the listening socket
+// here, which start()'s server then takes. Moving it above fd 1023 grows
+// the fd table, which costs nothing while no other thread shares the table
+// and an RCU grace period (milliseconds) once one does: the server thread
+// makes it itself otherwise (live.cpp, open_listening). Without make:
+// closes a socket made here that no server took. Silent, as start().
+void prepare(bool make);
+
 // The fork child handler: the listening socket and any connection being
 // answered belong to the parent, whose server thread does not exist here.
 // Closes them (close(2) only: async-signal-safe) so the child never holds
