@@ -629,11 +629,11 @@ Took take_one(int fd, int pid, uid_t overflow) {
 // inside a window of the fork gate and recorded in listen_fd before the
 // window closes: a fork waits for it, so no child inherits a listening fd
 // its fork handler does not know of (before, the start lock gave the same).
-// -1 when it cannot be made (a fork under way for 20 ms at each of a few
-// tries, no socket allowed): the server then never runs, as before when
-// start() could not make it.
+// -1 when it cannot be made (forks under way all along for 2 s, no socket
+// allowed): the server then never runs, as before when start() could not
+// make it.
 int open_listening() {
-  for (int tries = 0; tries < 5; ++tries) {
+  for (int tries = 0; tries < 100; ++tries) {  // 20 ms each
     if (!enter_fork_window()) continue;
     const int fd = open_socket();
     if (fd >= 0) listen_fd.store(fd);
