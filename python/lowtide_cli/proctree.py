@@ -19,21 +19,25 @@ def _stat(pid):
     return rest[0].decode(), int(rest[1]), int(rest[21]) * PAGE, bool(int(rest[6]) & PF_EXITING)
 
 
-def _children(pid):
-    """Child pids of pid, from every thread's children list (each thread
-    lists the children it forked)."""
-    out = []
+def task_texts(pid, name):
+    """The text of /proc/PID/task/TID/<name> for each thread of pid that
+    could be read (none where pid's threads cannot be listed)."""
     try:
         tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
-        return out
+        return
     for tid in tasks:
         try:
-            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
-                out.extend(int(x) for x in f.read().split())
+            with open("/proc/%d/task/%s/%s" % (pid, tid, name)) as f:
+                yield f.read()
         except OSError:
             pass
-    return out
+
+
+def _children(pid):
+    """Child pids of pid, from every thread's children list (each thread
+    lists the children it forked)."""
+    return [int(x) for text in task_texts(pid, "children") for x in text.split()]
 
 
 def _children_by_scan(root):

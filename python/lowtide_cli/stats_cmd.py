@@ -19,6 +19,7 @@ import struct
 import sys
 import time
 
+from .proctree import task_texts
 from .units import human, printable
 
 REQUEST = b"stats\n"
@@ -71,18 +72,7 @@ NAME_WAIT = 2.0
 def _has_live_thread(pid):
     """Whether pid has a thread named lowtide-live (False where its threads
     cannot be read)."""
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                if f.read().strip() == "lowtide-live":
-                    return True
-        except OSError:
-            continue
-    return False
+    return any(comm.strip() == "lowtide-live" for comm in task_texts(pid, "comm"))
 
 
 def _named(pid):
