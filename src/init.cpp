@@ -87,6 +87,20 @@ void warn_unknown(const char* name, unsigned len, const char* nearest) {
               fmt::string_view(name, len > 80 ? 80 : len));
 }
 
+// A setting given twice (`env LOWTIDE_X=a ... LOWTIDE_X=b`, or a launcher
+// appending to an environment that had it): the first counts, as getenv
+// reads it.
+void warn_duplicate(const char* env, const char* used, const char* ignored) {
+  constexpr std::size_t kShown = 80;
+  auto shown = [](const char* v) {
+    std::size_t n = 0;
+    while (n < kShown && v[n] != '\0') ++n;
+    return fmt::string_view(v, n);
+  };
+  log::warn("{} is set more than once; the first value, '{}', is used (as getenv reads it), '{}' is ignored", env,
+            shown(used), shown(ignored));
+}
+
 // fork: the child must find the arena lock free and its own pid. mimalloc
 // 2.0.9 has no fork handling of its own (see docs/design.md).
 // Locks in one fixed order: call sites, the thread registry, the cache, the
@@ -146,7 +160,7 @@ void init_once() {
   // looks at MIMALLOC_* (see small_path.hpp for what an earlier start of
   // mimalloc leaves behind).
   if (secure) small::ignore_environment();
-  load_config(&g.config, environ, secure, &warn_option, &warn_unknown);
+  load_config(&g.config, environ, secure, &warn_option, &warn_unknown, &warn_duplicate);
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();

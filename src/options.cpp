@@ -265,7 +265,8 @@ bool is_tool_variable(const char* name, unsigned len) {
 }
 }  // namespace
 
-void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown) {
+void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown,
+                 DuplicateFn duplicate) {
   for (unsigned i = 0; i < static_cast<unsigned>(Opt::count); ++i) {
     const char* reason = nullptr;
     std::uint64_t v = 0;
@@ -274,6 +275,10 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn,
     copy_text(cfg, i, kOptions[i].default_text);
   }
   if (secure || envp == nullptr) return;
+  // Each option's first entry: a later one is ignored (getenv's reading;
+  // before, the last won, so `lowtide run` and the program saw one value
+  // and the library obeyed another).
+  const char* first[static_cast<unsigned>(Opt::count)] = {};
   for (const char* const* e = envp; *e != nullptr; ++e) {
     const char* entry = *e;
     if (entry[0] != 'L' || entry[1] != 'O' || entry[2] != 'W') continue;
@@ -282,6 +287,11 @@ void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn,
       const char* text = match(entry, kOptions[i].env);
       if (text == nullptr) continue;
       known = true;
+      if (first[i] != nullptr) {
+        if (duplicate != nullptr) duplicate(kOptions[i].env, first[i], text);
+        continue;
+      }
+      first[i] = text;
       const char* reason = nullptr;
       std::uint64_t v = 0;
       if (parse_one(kOptions[i], text, &v, &reason)) {

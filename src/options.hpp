@@ -71,8 +71,16 @@ extern const char* const kToolVariables[];
 // names longer than 64 have none.
 const char* nearest_option(const char* name, unsigned len);
 
+// Called with (variable, the value used, a later value ignored) for each
+// setting the environment holds more than once.
+using DuplicateFn = void (*)(const char* env, const char* used, const char* ignored);
+
 // Fill cfg from an environ-style array. In a setuid/setgid process (secure)
-// every LOWTIDE_* variable is ignored, and none is warned about.
-void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown = nullptr);
+// every LOWTIDE_* variable is ignored, and none is warned about. A variable
+// present more than once counts by its first entry, as getenv (and so the
+// launcher, Python's os.environ, mimalloc) reads it; the later ones are
+// ignored, each reported to `duplicate`.
+void load_config(Config* cfg, const char* const* envp, bool secure, WarnFn warn, UnknownFn unknown = nullptr,
+                 DuplicateFn duplicate = nullptr);
 
 }  // namespace lowtide

@@ -272,3 +272,41 @@ TEST_CASE("nearest_option: a misspelling, not anything") {
   CHECK(nearest_option("LOWTIDE_COLOUR", 14) == nullptr);
   CHECK(nearest_option("LOWTIDE_", 8) == nullptr);
 }
+
+namespace {
+std::vector<std::string> duplicates;
+void record_duplicate(const char* env, const char* used, const char* ignored) {
+  duplicates.push_back(std::string(env) + "|" + used + "|" + ignored);
+}
+}  // namespace
+
+TEST_CASE("a setting given twice counts by its first entry, as getenv reads it; the later one is reported") {
+  std::vector<const char*> env = {"LOWTIDE_CUTOFF=256K", "LOWTIDE_STATS=json", "LOWTIDE_CUTOFF=64K",
+                                  "LOWTIDE_CUTOFF=banana", nullptr};
+  warnings.clear();
+  duplicates.clear();
+  Config c{};
+  load_config(&c, env.data(), false, &record, nullptr, &record_duplicate);
+  CHECK(c.get(Opt::cutoff) == 256 * 1024);
+  CHECK(stats_mode(c.get(Opt::stats)) == StatsMode::json);
+  CHECK(warnings.empty());  // an ignored later value is not parsed, so not warned about as bad
+  REQUIRE(duplicates.size() == 2);
+  CHECK(duplicates[0] == "LOWTIDE_CUTOFF|256K|64K");
+  CHECK(duplicates[1] == "LOWTIDE_CUTOFF|256K|banana");
+
+  // A bad first value: warned about, the default used, the later valid one still ignored.
+  std::vector<const char*> bad_first = {"LOWTIDE_CUTOFF=banana", "LOWTIDE_CUTOFF=64K", nullptr};
+  warnings.clear();
+  duplicates.clear();
+  load_config(&c, bad_first.data(), false, &record, nullptr, &record_duplicate);
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
+  CHECK(warnings.size() == 1);
+  REQUIRE(duplicates.size() == 1);
+  CHECK(duplicates[0] == "LOWTIDE_CUTOFF|banana|64K");
+
+  // setuid: nothing is read, nothing reported.
+  duplicates.clear();
+  load_config(&c, env.data(), true, &record, nullptr, &record_duplicate);
+  CHECK(c.get(Opt::cutoff) == (std::uint64_t{128} << 10));
+  CHECK(duplicates.empty());
+}
