@@ -32,10 +32,18 @@ void metric(Out& o, const char* name, const char* type, const char* help, long p
 
 }  // namespace
 
+// Prometheus's counter is a value that only goes up (between restarts):
+// the table's counters (summed over threads), and the byte-seconds the
+// cache held, an integral over time (a GAUGE in the table, since it is
+// read process-wide, but rate() of it is the cache's mean bytes held).
+bool prom_counter(const stats::Field& f) {
+  return f.kind == stats::Kind::counter || f.unit == stats::Unit::byte_seconds;
+}
+
 bool prom_name(unsigned i, char* out, unsigned cap) {
   const stats::Field& f = stats::kFields[i];
   const bool bytes = f.unit == stats::Unit::bytes && !ends_with(f.name, "_bytes");
-  const bool total = f.kind == stats::Kind::counter;
+  const bool total = prom_counter(f);
   auto r = fmt::format_to_n(out, cap - 1, "lowtide_{}{}{}", f.name, bytes ? "_bytes" : "", total ? "_total" : "");
   if (r.size >= cap) return false;
   out[r.size] = '\0';
@@ -51,7 +59,7 @@ void format_prometheus(Out& o, const PromData& d) {
     char name[96];
     if (!prom_name(i, name, sizeof name)) continue;
     const stats::Field& f = stats::kFields[i];
-    metric(o, name, f.kind == stats::Kind::counter ? "counter" : "gauge", f.meaning, d.pid, d.fields[i]);
+    metric(o, name, prom_counter(f) ? "counter" : "gauge", f.meaning, d.pid, d.fields[i]);
   }
   // What the report adds to the table: the process as the kernel sees it.
   metric(o, "lowtide_resident_bytes", "gauge", "resident set size of the process (VmRSS)", d.pid, d.rss);

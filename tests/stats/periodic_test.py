@@ -279,10 +279,16 @@ def check_exposition(text, pid):
     return samples, types
 
 
+def prom_counter(row):
+    """A Prometheus counter: a COUNTER row, or a byte-seconds integral
+    (which only goes up, though the table reads it process-wide)."""
+    return row[1] == "COUNTER" or row[2] == "BYTE_S"
+
+
 def prom_name(row):
     name, kind, unit, _, _ = row
     bytes_ = unit == "BYTES" and not name.endswith("_bytes")
-    return "lowtide_" + name + ("_bytes" if bytes_ else "") + ("_total" if kind == "COUNTER" else "")
+    return "lowtide_" + name + ("_bytes" if bytes_ else "") + ("_total" if prom_counter(row) else "")
 
 
 def json_value(r, row):
@@ -307,7 +313,7 @@ def case_prom(a, tmp):
     for row in rows:
         name = prom_name(row)
         check(name in samples, f"{row[0]} is {name}")
-        check(types.get(name) == ("counter" if row[1] == "COUNTER" else "gauge"), f"{name}'s type")
+        check(types.get(name) == ("counter" if prom_counter(row) else "gauge"), f"{name}'s type")
         if row[2] == "BYTES":
             check(name.endswith("_bytes") or name.endswith("_bytes_total"), f"{name}: bytes say so")
         want = json_value(r, row)
@@ -316,6 +322,8 @@ def case_prom(a, tmp):
     # The two names the docs quote.
     check(types.get("lowtide_large_live_bytes") == "gauge", "lowtide_large_live_bytes gauge")
     check(types.get("lowtide_large_maps_total") == "counter", "lowtide_large_maps_total counter")
+    check(types.get("lowtide_large_cached_byte_seconds_total") == "counter",
+          "the cache's byte-seconds, which only go up, a counter")
     check(samples.get("lowtide_large_maps_total", 0) >= 3, "the program's large blocks counted")
     check(samples.get("lowtide_resident_bytes", 0) > 0 and samples.get("lowtide_peak_resident_bytes", 0)
           >= samples.get("lowtide_resident_bytes", 0), "resident set")
