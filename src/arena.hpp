@@ -163,6 +163,18 @@ class Arena {
     return locked;
   }
 
+  // In a forked child, whose parent had a give-back (this arena's, or the
+  // reuse cache's: its extents are taken out of the cache before they are
+  // given back) or a cached block on trial under way in another thread at
+  // the fork: that thread does not exist here, and its extent (with, for a
+  // give-back, the free extents it held) stayed used by nobody for good.
+  // Every used extent that is not a live block, not held out (a lost
+  // extent, or one a thread held when the fork came) and for which
+  // `cached` is false is given back (give_back). Returns the granules of
+  // the live blocks' extents. Single-threaded (the child's handler).
+  std::uint64_t reclaim_after_fork(bool (*cached)(std::uint32_t start, std::uint32_t n),
+                                   void (*decommit)(void*, std::size_t), bool (*drop_writable)(void*, std::size_t));
+
   // Waits until no give_back that started before the call is still under
   // way (mlockall: one that re-maps read-write must have released its run
   // before protect_free looks for free extents). Spins with sched_yield;

@@ -131,9 +131,12 @@ void after_fork_parent() {
   large::fork_holes_done(false);
 }
 void after_fork_child() {
+  // Asked before the resets below forget it.
+  const bool unfinished = large::fork_child_unfinished();
   large::space.arena.reset_after_fork();
   pal::mlock_fork_child();
   cache::fork_child();
+  if (unfinished) large::fork_child_reclaim();
   // Before g.pid changes: a signal in between would otherwise find this
   // process's own pid and forked_child still false, and write the owner's
   // report (its file, without %p) from the child.

@@ -313,6 +313,15 @@ class ReuseCache {
 
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
+  // Is [start, start + n) one of the cache's entries? (The child's
+  // reclaim after a fork: large::fork_child_reclaim.)
+  bool holds(std::uint32_t start, std::uint32_t n) {
+    lock();
+    bool found = false;
+    for (int i = 0; i < count_ && !found; ++i) found = entries_[i].start == start && entries_[i].n == n;
+    unlock();
+    return found;
+  }
   void reset_after_fork() {
     pthread_mutex_init(&mu_, nullptr);
     // The forking thread's only (another thread's give-back does not go on

@@ -810,6 +810,20 @@ constinit Space space;
 void fork_wait_holes() { space.holes.fork_wait(); }
 void fork_holes_done(bool child) { space.holes.fork_done(child); }
 
+bool fork_child_unfinished() {
+  return space.arena.hiding() != 0 || cache::production_cache.in_flight() != 0;
+}
+
+void fork_child_reclaim() {
+  // The extents a give-back or a trial in another thread held were counted
+  // in `mapped` or not depending on how far it had gone: counted afresh.
+  const std::uint64_t live = space.arena.reclaim_after_fork(
+      [](std::uint32_t s, std::uint32_t n) { return cache::production_cache.holds(s, n); }, pal::kPageOps.decommit,
+      pal::kPageOps.drop_writable);
+  space.mapped.store(static_cast<std::size_t>(live << Arena::kGranuleShift) + cache::production_cache.cached_bytes(),
+                     std::memory_order_relaxed);
+}
+
 namespace {
 constinit LargePath the_path{large::space.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};
 }  // namespace

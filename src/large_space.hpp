@@ -38,6 +38,13 @@ struct Space {
 // a signal handler's fork interrupted: pal::ForkGate).
 void fork_wait_holes();
 void fork_holes_done(bool child);
+// In a forked child, before the arena's and the cache's fork resets: was a
+// give-back, or a cached block on trial, under way in another thread when
+// the fork came? Then fork_child_reclaim, after the resets, gives back
+// what that thread would have (Arena::reclaim_after_fork) and counts the
+// committed bytes again (live blocks and cached ones).
+bool fork_child_unfinished();
+void fork_child_reclaim();
 extern __attribute__((visibility("hidden"))) Space space;
 
 }  // namespace lowtide::large

@@ -1,0 +1,138 @@
+// A fork while another thread is giving a large block's pages back (a free
+// the cache does not keep, or the cache's own give-back as malloc_trim or
+// the decay thread trims it): the child must get that block's room back.
+// Before the fix the child inherited the extent (and, for a plain free, the
+// free space around it) as used by nobody, for good: a block that needed
+// the room went to mimalloc ("the large-block range is full") and the
+// pages stayed committed.
+//
+// Deterministic, no timing: this program defines mmap, which lowtide's
+// calls reach (an executable's definition comes first), and parks the
+// freeing thread inside the re-mapping of the block's run (after the
+// arena's lock was let go, before it is taken again) while the main thread
+// forks. Run with LOWTIDE_RESERVE=64MiB, so that the child's 40 MiB block
+// fits only where the freed one was.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lowtide/lowtide.h"
+
+// Weak: the program runs under the preload (a missing library fails below).
+extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
+
+#define MIB ((size_t)1 << 20)
+#define BLOCK (40 * MIB)
+
+static _Atomic(uintptr_t) trap_at;  // park the first MAP_FIXED mmap of a run starting here
+static atomic_int parked, release_it;
+
+// lowtide's calls are to mmap64, glibc's other name for the same function
+// (and a build with _FILE_OFFSET_BITS=64 renames mmap to it): both defined,
+// by their symbol names.
+void* lt_mmap64(void* addr, size_t len, int prot, int flags, int fd, long off) __asm__("mmap64");
+void* lt_mmap(void* addr, size_t len, int prot, int flags, int fd, long off) __asm__("mmap");
+void* lt_mmap64(void* addr, size_t len, int prot, int flags, int fd, long off) {
+  const uintptr_t t = atomic_load(&trap_at);
+  if (t != 0 && (flags & MAP_FIXED) != 0 && (uintptr_t)addr <= t && t < (uintptr_t)addr + len &&
+      atomic_compare_exchange_strong(&trap_at, &(uintptr_t){t}, 0)) {
+    atomic_store(&parked, 1);
+    while (atomic_load(&release_it) == 0) sched_yield();
+  }
+  return (void*)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+void* lt_mmap(void* addr, size_t len, int prot, int flags, int fd, long off) {
+  return lt_mmap64(addr, len, prot, flags, fd, off);
+}
+
+static void* freer(void* p) {
+  free(p);
+  return NULL;
+}
+
+static void* trimmer(void* p) {
+  (void)p;
+  malloc_trim(0);
+  return NULL;
+}
+
+static void fail(const char* what) {
+  fprintf(stderr, "fork_give_back: %s\n", what);
+  _exit(1);
+}
+
+// One scenario: thread `fn` parked inside the give-back of the block at p;
+// the child then asks for a block of the same size, which fits only there.
+// (The address as a number: the block may be freed already.)
+static void scenario(const char* name, uintptr_t where, void* (*fn)(void*), void* arg) {
+  atomic_store(&parked, 0);
+  atomic_store(&release_it, 0);
+  atomic_store(&trap_at, where);
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, arg) != 0) fail("pthread_create");
+  while (atomic_load(&parked) == 0) sched_yield();
+  const pid_t pid = fork();
+  if (pid < 0) fail("fork");
+  if (pid == 0) {
+    struct lowtide_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+    lowtide_get_stats(&before);
+    void* q = malloc(BLOCK);
+    lowtide_get_stats(&after);
+    if (q == NULL) _exit(2);
+    memset(q, 1, BLOCK);
+    // The freed block's room: the same place (the range's first fit), on
+    // the large path, not mimalloc's.
+    if ((uintptr_t)q != where || after.large_fallback != before.large_fallback) {
+      fprintf(stderr, "fork_give_back: %s: the child's block went elsewhere (%p, not %#lx; fallbacks %llu)\n", name,
+              q, (unsigned long)where, (unsigned long long)(after.large_fallback - before.large_fallback));
+      _exit(3);
+    }
+    free(q);
+    _exit(0);
+  }
+  atomic_store(&release_it, 1);
+  pthread_join(t, NULL);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) fail("waitpid");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "fork_give_back: %s: child failed (status %d)\n", name, status);
+    _exit(1);
+  }
+}
+
+int main(void) {
+  if (lowtide_get_stats == NULL) fail("not under lowtide (LD_PRELOAD)");
+  // A free the cache does not keep: LOWTIDE_CACHE=0 in the first run, and
+  // in every run a block larger than the cache may hold is not kept.
+  void* p = malloc(BLOCK);
+  if (p == NULL) fail("malloc");
+  memset(p, 7, BLOCK);
+  const uintptr_t where = (uintptr_t)p;
+  const char* cache = getenv("LOWTIDE_CACHE");
+  if (cache != NULL && strcmp(cache, "0") == 0) {
+    scenario("free", where, freer, p);
+  } else {
+    // Kept by the cache, then given back by malloc_trim on another thread.
+    free(p);
+    void* again = malloc(BLOCK);  // from the cache: the same block
+    if ((uintptr_t)again != where) fail("the cache did not give the block back");
+    free(again);
+    scenario("cache give-back", where, trimmer, NULL);
+  }
+  // The parent gets its room back too.
+  void* q = malloc(BLOCK);
+  if ((uintptr_t)q != where) fail("the parent's block went elsewhere");
+  free(q);
+  puts("fork_give_back: ok");
+  return 0;
+}
