@@ -146,11 +146,13 @@ void Arena::release(std::uint32_t s, std::uint32_t n) {
 
 void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, std::size_t),
                       bool (*drop_writable)(void*, std::size_t)) {
+  own_unfinished_add(1);
   hiding_.fetch_add(1, std::memory_order_acq_rel);
   if (drop_writable == nullptr) {
     decommit(addr(s), std::size_t{n} << kGranuleShift);
     release(s, n);
     end_hiding();
+    own_unfinished_add(-1);
     return;
   }
   // Counted before drop_writable looks at whether an mlockall is under way
@@ -189,6 +191,7 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   unlock();
   end_hiding();
   giving_back_.fetch_sub(1, std::memory_order_seq_cst);
+  own_unfinished_add(-1);
 }
 
 void Arena::hold(std::uint32_t s, std::uint32_t n) {
@@ -224,6 +227,7 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   // has started from its end: while it is used, nothing can merge into the
   // extent at the cursor from the left, so the cursor stays an extent start.
   std::uint32_t held_s = kNone, held_n = 0;
+  own_unfinished_add(1);
   // Its batches are not listed one by one: while it runs, settle counts
   // any request as one that may fit.
   hiding_.fetch_add(1, std::memory_order_acq_rel);
@@ -270,7 +274,18 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   --held_unlisted_;
   unlock();
   end_hiding();
+  own_unfinished_add(-1);
 }
+
+namespace {
+thread_local int t_own_unfinished = 0;
+}  // namespace
+
+void Arena::own_unfinished_add(int d) {
+  t_own_unfinished += d;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+int Arena::own_unfinished() { return t_own_unfinished; }
 
 std::uint64_t Arena::reclaim_after_fork(bool (*cached)(std::uint32_t, std::uint32_t),
                                         void (*decommit)(void*, std::size_t),

@@ -174,6 +174,14 @@ class Arena {
   // the live blocks' extents. Single-threaded (the child's handler).
   std::uint64_t reclaim_after_fork(bool (*cached)(std::uint32_t start, std::uint32_t n),
                                    void (*decommit)(void*, std::size_t), bool (*drop_writable)(void*, std::size_t));
+  // Give-backs and trials of cached blocks the calling thread has under way
+  // (give_back, protect_free, the reuse cache's give-backs and trials):
+  // where a signal handler on that thread forks, the child's copy of the
+  // thread finishes them once the handler returns, so the child must not
+  // reclaim them first (large::fork_child_unfinished). Counted before the
+  // shared state changes and after it is settled again.
+  static void own_unfinished_add(int d);
+  static int own_unfinished();
 
   // Waits until no give_back that started before the call is still under
   // way (mlockall: one that re-maps read-write must have released its run

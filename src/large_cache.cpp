@@ -107,6 +107,7 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
+  Arena::own_unfinished_add(-1);  // (unlock_giving's)
   return total;
 }
 
@@ -116,6 +117,7 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
 void ReuseCache::unlock_giving(const Entry* out, int n) {
   std::size_t bytes = 0;
   for (int i = 0; i < n; ++i) bytes += Extent::bytes_of(out[i].n);
+  Arena::own_unfinished_add(1);  // until give_back, which always follows, ends
   if (bytes != 0) in_flight_.fetch_add(bytes, std::memory_order_relaxed);
   unlock();
 }
@@ -125,6 +127,7 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
 void ReuseCache::end_trial(std::uint32_t n) {
   trials_ended_.fetch_add(1, std::memory_order_release);
   in_flight_.fetch_sub(Extent::bytes_of(n), std::memory_order_release);
+  Arena::own_unfinished_add(-1);  // (take_at's)
 }
 
 ReuseCache::Settle ReuseCache::settle_start() const {
@@ -474,7 +477,10 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse, std::
         if (as_reuse) last_take_ns_.store(now, std::memory_order_relaxed);
         // On trial: out of the cache, counted as coming back until
         // end_trial (before the lock goes: settle's invariant).
-        else in_flight_.fetch_add(Extent::bytes_of(n), std::memory_order_relaxed);
+        else {
+          Arena::own_unfinished_add(1);  // until end_trial
+          in_flight_.fetch_add(Extent::bytes_of(n), std::memory_order_relaxed);
+        }
         ok = true;
       }
       break;

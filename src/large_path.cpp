@@ -811,7 +811,10 @@ void fork_wait_holes() { space.holes.fork_wait(); }
 void fork_holes_done(bool child) { space.holes.fork_done(child); }
 
 bool fork_child_unfinished() {
-  return space.arena.hiding() != 0 || cache::production_cache.in_flight() != 0;
+  // Not where this thread's own are among them (a signal handler that
+  // interrupted one forked): its copy here finishes them after the
+  // handler, and an extent reclaimed first would be released twice.
+  return (space.arena.hiding() != 0 || cache::production_cache.in_flight() != 0) && Arena::own_unfinished() == 0;
 }
 
 void fork_child_reclaim() {

@@ -36,6 +36,11 @@ extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
 
 static _Atomic(uintptr_t) trap_at;  // park the first MAP_FIXED mmap of a run starting here
 static atomic_int parked, release_it;
+// Instead of parking, fork right there, as a signal handler on the freeing
+// thread would: the child's copy of that thread finishes the give-back.
+static atomic_int fork_inside;
+static pid_t inside_child = -1;
+static void child_checks(const char* name, uintptr_t where);
 
 // lowtide's calls are to mmap64, glibc's other name for the same function
 // (and a build with _FILE_OFFSET_BITS=64 renames mmap to it): both defined,
@@ -46,8 +51,19 @@ void* lt_mmap64(void* addr, size_t len, int prot, int flags, int fd, long off) {
   const uintptr_t t = atomic_load(&trap_at);
   if (t != 0 && (flags & MAP_FIXED) != 0 && (uintptr_t)addr <= t && t < (uintptr_t)addr + len &&
       atomic_compare_exchange_strong(&trap_at, &(uintptr_t){t}, 0)) {
-    atomic_store(&parked, 1);
-    while (atomic_load(&release_it) == 0) sched_yield();
+    if (atomic_load(&fork_inside) != 0) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        void* r = (void*)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+        atomic_store(&fork_inside, 0);
+        inside_child = 0;
+        return r;  // back into the give-back, then child_checks (main)
+      }
+      inside_child = pid;
+    } else {
+      atomic_store(&parked, 1);
+      while (atomic_load(&release_it) == 0) sched_yield();
+    }
   }
   return (void*)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
@@ -83,7 +99,22 @@ static void scenario(const char* name, uintptr_t where, void* (*fn)(void*), void
   while (atomic_load(&parked) == 0) sched_yield();
   const pid_t pid = fork();
   if (pid < 0) fail("fork");
-  if (pid == 0) {
+  if (pid == 0) child_checks(name, where);
+  atomic_store(&release_it, 1);
+  pthread_join(t, NULL);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) fail("waitpid");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "fork_give_back: %s: child failed (status %d)\n", name, status);
+    _exit(1);
+  }
+}
+
+// In the child: a block of the freed one's size fits where it was, on the
+// large path; and a second one does not overlap it (an extent released
+// twice would be handed out twice).
+static void child_checks(const char* name, uintptr_t where) {
+  {
     struct lowtide_stats before = {.size = sizeof before}, after = {.size = sizeof after};
     lowtide_get_stats(&before);
     void* q = malloc(BLOCK);
@@ -97,16 +128,34 @@ static void scenario(const char* name, uintptr_t where, void* (*fn)(void*), void
               q, (unsigned long)where, (unsigned long long)(after.large_fallback - before.large_fallback));
       _exit(3);
     }
+    // Then 1 MiB blocks until the range is full (or the fallback), each
+    // filled with its own byte: a run released twice is handed out twice
+    // (or its free list loops: the alarm).
+    alarm(20);
+    unsigned char* r[64];
+    int k = 0;
+    for (; k < 64; ++k) {
+      lowtide_get_stats(&before);
+      r[k] = malloc(MIB);
+      lowtide_get_stats(&after);
+      if (r[k] == NULL) _exit(2);
+      memset(r[k], 10 + k, MIB);
+      if (after.large_fallback != before.large_fallback) break;
+    }
+    for (int i = 0; i < k; ++i)
+      for (size_t j = 0; j < MIB; j += 4096)
+        if (r[i][j] != 10 + i) {
+          fprintf(stderr, "fork_give_back: %s: two of the child's blocks overlap\n", name);
+          _exit(4);
+        }
+    for (size_t i = 0; i < BLOCK; i += 4096)
+      if (((const char*)q)[i] != 1) {
+        fprintf(stderr, "fork_give_back: %s: the child's blocks overlap its first one\n", name);
+        _exit(4);
+      }
+    for (int i = 0; i <= k && i < 64; ++i) free(r[i]);
     free(q);
     _exit(0);
-  }
-  atomic_store(&release_it, 1);
-  pthread_join(t, NULL);
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) fail("waitpid");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "fork_give_back: %s: child failed (status %d)\n", name, status);
-    _exit(1);
   }
 }
 
@@ -129,6 +178,27 @@ int main(void) {
     free(again);
     scenario("cache give-back", where, trimmer, NULL);
   }
+  // The freeing thread itself forks inside its give-back (a signal
+  // handler's fork): the child must not give the extent back twice.
+  p = malloc(BLOCK);
+  if ((uintptr_t)p != where) fail("the block did not come back");
+  memset(p, 7, BLOCK);
+  void* keep = malloc(BLOCK / 4);  // the run is the block alone
+  if (cache != NULL && strcmp(cache, "0") == 0) {
+    atomic_store(&fork_inside, 1);
+    atomic_store(&trap_at, where);
+    free(p);
+    if (inside_child == 0) child_checks("own", where);
+    int status = 0;
+    if (inside_child < 0 || waitpid(inside_child, &status, 0) != inside_child) fail("no child");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "fork_give_back: own: child failed (status %d)\n", status);
+      _exit(1);
+    }
+  } else {
+    free(p);
+  }
+  free(keep);
   // The parent gets its room back too.
   void* q = malloc(BLOCK);
   if ((uintptr_t)q != where) fail("the parent's block went elsewhere");
