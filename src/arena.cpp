@@ -290,34 +290,52 @@ int Arena::own_unfinished() { return t_own_unfinished; }
 std::uint64_t Arena::reclaim_after_fork(bool (*cached)(std::uint32_t, std::uint32_t),
                                         void (*decommit)(void*, std::size_t),
                                         bool (*drop_writable)(void*, std::size_t)) {
+  // Found first, given back after each walk: a give-back merges its extent
+  // with the free ones around it and rewrites the run's end tag, which may
+  // be the next extent's start tag (a free extent of one granule), so a
+  // walk that went on past one would follow a wrong length into a live
+  // block. A batch at a time; the walk again while one filled up.
+  constexpr int kBatch = 64;
   std::uint64_t live = 0;
-  const std::uint32_t open = open_.load(std::memory_order_relaxed);
-  for (std::uint32_t s = 0; s < granules_ && s < open;) {
-    const std::uint32_t t = tag_[s];
-    const std::uint32_t n = t & kLenMask;
-    if (n == 0 || n > granules_ - s) break;
-    // (A give-back below merges [s, s + n) with the free extents around
-    // it; the next extent's start tag stays as it was, so the walk goes on
-    // from there.)
-    const std::uint32_t next = s + n;
-    if ((t & kUsed) != 0) {
-      // A live block's pointer lies in its extent's first two granules
-      // (the user offset is at most one granule), as for_each_live reads.
-      bool is_live = false;
-      for (std::uint32_t k = 0; k < 2 && k < n && !is_live; ++k) {
-        const std::uint64_t v = live_[s + k].load(std::memory_order_relaxed);
-        is_live = (v >> 63) != 0 && static_cast<std::uint32_t>(v) == s;
+  for (bool more = true; more;) {
+    std::uint32_t todo[kBatch][2];
+    int k = 0;
+    more = false;
+    live = 0;
+    const std::uint32_t open = open_.load(std::memory_order_relaxed);
+    for (std::uint32_t s = 0; s < granules_ && s < open;) {
+      const std::uint32_t t = tag_[s];
+      const std::uint32_t n = t & kLenMask;
+      if (n == 0 || n > granules_ - s) break;
+      if ((t & kUsed) != 0) {
+        // A live block's pointer lies in its extent's first two granules
+        // (the user offset is at most one granule), as for_each_live reads.
+        bool is_live = false;
+        for (std::uint32_t j = 0; j < 2 && j < n && !is_live; ++j) {
+          const std::uint64_t v = live_[s + j].load(std::memory_order_relaxed);
+          is_live = (v >> 63) != 0 && static_cast<std::uint32_t>(v) == s;
+        }
+        bool held = false;
+        for (const auto& slot : held_out_) {
+          const std::uint64_t v = slot.load(std::memory_order_relaxed);
+          const auto hs = static_cast<std::uint32_t>(v >> 32), hn = static_cast<std::uint32_t>(v);
+          held = held || (hn != 0 && hs < s + n && s < hs + hn);
+        }
+        if (is_live) {
+          live += n;
+        } else if (!held && !cached(s, n)) {
+          if (k < kBatch) {
+            todo[k][0] = s;
+            todo[k][1] = n;
+            ++k;
+          } else {
+            more = true;
+          }
+        }
       }
-      bool held = false;
-      for (const auto& slot : held_out_) {
-        const std::uint64_t v = slot.load(std::memory_order_relaxed);
-        const auto hs = static_cast<std::uint32_t>(v >> 32), hn = static_cast<std::uint32_t>(v);
-        held = held || (hn != 0 && hs < next && s < hs + hn);
-      }
-      if (is_live) live += n;
-      else if (!held && !cached(s, n)) give_back(s, n, decommit, drop_writable);
+      s += n;
     }
-    s = next;
+    for (int i = 0; i < k; ++i) give_back(todo[i][0], todo[i][1], decommit, drop_writable);
   }
   return live;
 }

@@ -831,19 +831,29 @@ namespace {
 constinit LargePath the_path{large::space.arena, cache::production_cache, pal::kPageOps, &cache::note_large_allocation};
 }  // namespace
 
+// Each counted as under way on its thread (Arena::own_unfinished): an
+// extent it holds out of every table for a moment (taken from the cache or
+// carved, not yet published; a moved block's new extent) is not a forked
+// child's to reclaim where a signal handler on this thread forks.
 Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+  Arena::own_unfinished_add(1);
   Result r = the_path.allocate(size, align, origin, flags, out);
+  Arena::own_unfinished_add(-1);
   if constexpr (invariants::kEnabled) invariants::after_large_op();
   return r;
 }
 
 void release(void* p, const char* what) {
+  Arena::own_unfinished_add(1);
   the_path.release(p, what);
+  Arena::own_unfinished_add(-1);
   if constexpr (invariants::kEnabled) invariants::after_large_op();
 }
 
 Result resize(void* p, std::size_t size, void** out) {
+  Arena::own_unfinished_add(1);
   Result r = the_path.resize(p, size, out);
+  Arena::own_unfinished_add(-1);
   if constexpr (invariants::kEnabled) invariants::after_large_op();
   return r;
 }
