@@ -325,7 +325,7 @@ class ReuseCache {
   void reset_after_fork() {
     pthread_mutex_init(&mu_, nullptr);
     // The forking thread's only (another thread's give-back does not go on
-    // in the child; its run stays used there).
+    // in the child: large::fork_child_reclaim gives its run back).
     in_flight_.store(0, std::memory_order_relaxed);
     // Thread ids change in the child (its one thread's too): a rest kept
     // for a parent's thread would be passed over by everyone there.
