@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "log.hpp"
 #include "platform.hpp"
@@ -105,7 +106,13 @@ void push_live(Slot* s) {
   ++nlive;
 }
 
+// The next living slot a thread start looks at (reap_one_live): a cursor
+// that walks the list one slot per start, from the newest back to the
+// oldest and round again.
+Slot* live_look = nullptr;
+
 void unlink_live(Slot* s) {
+  if (live_look == s) live_look = s->next;
   if (s->prev != nullptr) s->prev->next = s->next;
   else live = s->next;
   if (s->next != nullptr) s->next->prev = s->prev;
@@ -210,9 +217,45 @@ void settle_exiting() {
   }
 }
 
-// Under mu: a slot for a new thread.
-Slot* take_slot() {
+// A living slot whose thread is gone without its exit destructor: the
+// thread's first call came in the last round of key destructors (another
+// key's destructor that allocates, set again round after round), and
+// glibc runs them PTHREAD_DESTRUCTOR_ITERATIONS (4) rounds at most, so the
+// key attach set in the fourth never ran on_thread_exit. Such a slot was
+// alive in every report and never recycled, and its cache, once opened,
+// kept up to its caps of blocks for good (50 such threads: 50 rows
+// "alive", 200 KiB cached). No code of the thread can tell it is in that
+// round, so each start looks at one living slot, a cursor walking the
+// list: one tgkill. A thread the kernel has released writes nothing more,
+// so its cache is emptied here (its blocks to mimalloc from this thread,
+// as any cross-thread free) and its slot settles as an exited one's. Not
+// the main thread's (its tid stays the process's until the end), nor a
+// slot attached under another pid (kAliveKeep: a vfork child that
+// allocated first in its parent's TLS recorded its own tid, which is gone
+// once it execs while its parent counts on in the slot).
+void reap_one_live() {
+  Slot* s = live_look != nullptr ? live_look : live;
+  if (s == nullptr) return;
+  live_look = s->next;
+  if (s->alive != 1 || s->tid == 0 || s->tid == static_cast<std::uint32_t>(g.pid)) return;
+  if (pal::thread_state(g.pid, static_cast<int>(s->tid)) != pal::ThreadState::gone) return;
+  unlink_live(s);
+  if (__atomic_load_n(&s->cache.take_below, __ATOMIC_RELAXED) != 0) {
+    __atomic_store_n(&s->cache.take_below, 0, __ATOMIC_RELAXED);
+    if (flush_cache != nullptr) flush_cache(&s->cache);
+  }
+  s->alive = 0;
+  s->exited_ns = pal::now_ns();
+  keep_or_retire(s);
+}
+
+// Under mu: a slot for a new thread. own_process: the caller's pid is the
+// registry's (not a vfork child, nor a child made without fork's
+// handlers, whose g.pid is its parent's): only then are tids of g.pid's
+// asked about.
+Slot* take_slot(bool own_process) {
   settle_exiting();
+  if (own_process && g.pid != 0) reap_one_live();
   if (spare != nullptr) {
     Slot* s = spare;
     spare = s->next;
@@ -299,11 +342,15 @@ Slot* attach() {
   char name[16] = {};
   pal::thread_name_self(name);
   const std::uint32_t tid = current_tid();
+  // A vfork child (its parent's memory and TLS: the slot is its parent's
+  // from the exec on) or a child made without fork's handlers (g.pid its
+  // parent's) has another pid than g.pid (one getpid per thread start).
+  const bool own_process = static_cast<int>(::getpid()) == g.pid;
   pthread_mutex_lock(&mu);
-  Slot* s = take_slot();
+  Slot* s = take_slot(own_process);
   if (s != nullptr) {
     s->tid = tid;
-    s->alive = 1;
+    s->alive = own_process ? 1 : kAliveKeep;
     std::memcpy(s->name, name, sizeof name);
     push_live(s);
   }
@@ -525,6 +572,7 @@ void fork_child() {
     }
     s = next;
   }
+  live_look = nullptr;
   // The forking thread may itself be past its exit destructor (a fork from
   // a later destructor): its slot stays in `exiting`.
   for (std::size_t n = nexiting; n > 0; --n) {

@@ -42,7 +42,7 @@ struct alignas(64) Slot {
   std::uint64_t hist[kHistBuckets];
   // Registry fields, written under the registry lock.
   std::uint32_t tid;
-  std::uint32_t alive;  // 1 until the thread's exit destructor ran
+  std::uint32_t alive;  // 1 (or kAliveKeep) until the thread's exit destructor ran
   std::uint64_t exited_ns;  // when it ran (for the fallback when tgkill is refused)
   char name[16];
   Slot* next;
@@ -51,6 +51,11 @@ struct alignas(64) Slot {
   // (through t_local.cache) until its exit destructor empties it.
   small::ThreadCache cache;
 };
+
+// Slot::alive of a slot attached under another pid than the registry's
+// process (stats.cpp, attach): alive, and never taken for gone by a
+// thread start's look at the living slots (reap_one_live).
+constexpr std::uint32_t kAliveKeep = 2;
 
 Slot* attach();  // slow path: this thread's first counted call
 
