@@ -103,6 +103,16 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
 
 Handler signal(int sig, Handler h) {
   if (!ours_to_take(sig) || !enabled.load(std::memory_order_relaxed)) return bsd_signal(sig, h);
+  // A handler of the program's (or SIG_IGN): glibc's own signal(), which
+  // leaves out SA_RESTART where the program called siginterrupt(sig, 1),
+  // from glibc's record of it that lowtide cannot read. Made here with
+  // SA_RESTART always, a program that had asked for its blocking read to
+  // end by EINTR at Ctrl-C waited in it for ever under the report.
+  // Only the answer is lowtide's to change: its handler shows as SIG_DFL.
+  if (h != SIG_DFL) {
+    const Handler prev = bsd_signal(sig, h);
+    return prev == &lowtide_on_signal ? SIG_DFL : prev;
+  }
   struct sigaction act{}, old{};
   act.sa_handler = h;
   sigemptyset(&act.sa_mask);

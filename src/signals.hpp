@@ -22,9 +22,10 @@ void install();
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 
 // The interposed signal(3) (glibc's calls its sigaction internally, past
-// ours): for SIGTERM and SIGINT, while our handler is in use, glibc's BSD
-// semantics (SA_RESTART, the signal blocked in its handler) through the
-// sigaction above; otherwise glibc's.
+// ours): for SIG_DFL on SIGTERM and SIGINT, while our handler is in use,
+// our handler back in its place through the sigaction above; otherwise
+// glibc's (its BSD semantics, and siginterrupt's record), with our handler
+// shown as SIG_DFL in what it returns.
 using Handler = void (*)(int);
 Handler signal(int sig, Handler h);
 
