@@ -262,8 +262,12 @@ def query(pid, timeout=10.0):
     # The server makes its socket on its own thread, a moment after the
     # large allocation that started it (src/live.cpp, open_listening): a
     # process with a lowtide-live thread and no name yet is waited for.
+    # Not one in another network namespace: its name is never listed in
+    # ours (_named reads our /proc/net/unix), so the wait would only delay
+    # the "not reachable" answer (and its nsenter hint) by NAME_WAIT.
     born = time.monotonic() + min(timeout, NAME_WAIT)
-    while not _named(pid) and time.monotonic() < born and _has_live_thread(pid):
+    while (not _named(pid) and time.monotonic() < born and not _other_netns(pid)
+           and _has_live_thread(pid)):
         time.sleep(0.02)
         pending = candidates(pid)
     errors = []

@@ -53,6 +53,11 @@ Cases (one meson test each):
              printing nothing of the squatter's; and so does a query that
              cannot tell whose each name is (/proc/PID/fd unreadable), which
              connects to the squatter's names but sends them nothing
+  netns      a process in a network namespace of its own (unshare -rn),
+             with its lowtide-live thread: `lowtide stats` says at once
+             that it is not reachable from here and names nsenter, rather
+             than first waiting 2 s for a name our /proc/net/unix never
+             lists (skipped where unprivileged user namespaces are off)
   escapes    a process whose command line and main thread name carry
              terminal escape sequences: `lowtide stats`, `top`, `report` and
              the call-site lines print no ESC (0x1b) or other control;
@@ -293,6 +298,24 @@ def case_off(prog, launcher, tmp):
         check("lowtide-live" not in thread_names(p.pid), "no lowtide-live thread: %s" % thread_names(p.pid))
         rc, out, err = cli(launcher, ["stats", str(p.pid)])
         check(rc == 1 and "no lowtide socket" in err, "the CLI says it is not reachable: %s" % err)
+    finally:
+        p.stop()
+
+
+def case_netns(prog, launcher, tmp):
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode != 0:
+        print("needs unshare -rn (unprivileged user and network namespaces); skipped")
+        return
+    p = Prog([unshare, "-rn", prog], clean_env())
+    try:
+        check(wait_for(lambda: "lowtide-live" in thread_names(p.pid)), "the lowtide-live thread runs")
+        t0 = time.monotonic()
+        rc, out, err = cli(launcher, ["stats", str(p.pid)])
+        took = time.monotonic() - t0
+        check(rc == 1 and "another network namespace" in err and "nsenter" in err,
+              "the CLI says it is in another network namespace: %s" % err)
+        check(took < 1.5, "answered in %.2f s (not after a wait for a name it cannot see)" % took)
     finally:
         p.stop()
 
@@ -769,7 +792,8 @@ def case_squat_start(prog, launcher, tmp):
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
-         "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped}
+         "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped,
+         "netns": case_netns}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
