@@ -5,8 +5,11 @@
 // server's bind fails with EADDRINUSE and it binds a fallback name; until
 // 2026-12-06 that EADDRINUSE was left in errno by a malloc that succeeded.
 // Since the twentieth stop the server makes its socket on its own thread
-// (errno is per thread); the malloc must still leave errno as it was
-// through everything else the start does (reading /proc, pthread_create).
+// in a process with other threads (errno is per thread there); this one
+// has none, so the allocating thread still makes it before the decay
+// thread (live::prepare) and the EADDRINUSE still comes on the malloc's
+// thread, with everything else the start does (reading /proc,
+// pthread_create).
 // Exits 0 when errno is kept, 1 (with a line saying why) otherwise.
 #include <cerrno>
 #include <cstddef>
