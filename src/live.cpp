@@ -612,8 +612,14 @@ Took take_one(int fd, int pid, uid_t overflow) {
   // already reset, with nobody to close it. shutdown ends the connection
   // itself, also for a copy a fork made without the window (its bounded
   // wait ran out) or without fork's handlers (a raw clone).
-  const bool closing = enter_fork_window();
+  // shutdown first, so that a copy a fork made meanwhile is a dead socket
+  // whatever happens next; then a window is waited for up to 2 s (not 20
+  // ms: a program forking in a tight loop can refuse windows that long,
+  // and a close outside one leaves a child the descriptor with client_fd
+  // already reset: fork_live_fds saw it once in ~35 runs).
   if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
+  bool closing = false;
+  for (int tries = 0; tries < 100 && !closing; ++tries) closing = enter_fork_window();  // 20 ms each
   pal::close_own(o);
   client_fd.store(-1);
   if (closing) pal::fork_window_close();
