@@ -248,10 +248,14 @@ bool small_range_of(const char* s, std::uint64_t* start, std::uint64_t* end) {
 
 // A window of the fork gate (pal::fork_window_open), waited for while a
 // fork is being prepared (this thread may wait; a fork's preparation is
-// short). false after 20 ms of forks (longer than a fork waits for a
-// window, 10 ms): the caller goes on without one, or tries later.
-bool enter_fork_window() {
-  const std::uint64_t until = pal::now_ns() + 20'000'000;
+// short). false after `within_ns` of forks: the caller goes on without
+// one, or tries later. 20 ms where a later turn will do; 2 s where the
+// descriptor must not be left to a child (the listening socket's making,
+// a served connection's close): a program forking in a tight loop can
+// refuse windows for tens of milliseconds.
+constexpr std::uint64_t kWindowWait = 20'000'000, kWindowWaitLong = 2'000'000'000;
+bool enter_fork_window(std::uint64_t within_ns = kWindowWait) {
+  const std::uint64_t until = pal::now_ns() + within_ns;
   for (;;) {
     if (pal::fork_window_open()) return true;
     if (pal::now_ns() > until) return false;
@@ -609,17 +613,12 @@ Took take_one(int fd, int pid, uid_t overflow) {
   // The close and client_fd's reset inside a window again: the kernel
   // copies a forking process's fd table before its memory, so a close
   // during a fork can leave the child the connection open and client_fd
-  // already reset, with nobody to close it. shutdown ends the connection
-  // itself, also for a copy a fork made without the window (its bounded
-  // wait ran out) or without fork's handlers (a raw clone).
-  // shutdown first, so that a copy a fork made meanwhile is a dead socket
-  // whatever happens next; then a window is waited for up to 2 s (not 20
-  // ms: a program forking in a tight loop can refuse windows that long,
-  // and a close outside one leaves a child the descriptor with client_fd
-  // already reset: fork_live_fds saw it once in ~35 runs).
+  // already reset, with nobody to close it (fork_live_fds saw it once in
+  // ~35 runs while the wait was 20 ms). shutdown first ends the connection
+  // itself, also for a copy a fork made without the window (the long wait
+  // ran out) or without fork's handlers (a raw clone).
   if (pal::still_own(o)) ::shutdown(o.fd, SHUT_RDWR);
-  bool closing = false;
-  for (int tries = 0; tries < 100 && !closing; ++tries) closing = enter_fork_window();  // 20 ms each
+  const bool closing = enter_fork_window(kWindowWaitLong);
   pal::close_own(o);
   client_fd.store(-1);
   if (closing) pal::fork_window_close();
@@ -631,7 +630,8 @@ Took take_one(int fd, int pid, uid_t overflow) {
 // 1023 (move_high) grows the process's fd table, and in a process with more
 // than one thread (the decay thread is one) the kernel then waits out an
 // RCU grace period, 6-17 ms here, which that allocation paid (the first
-// large block of every process, `python3 -c pass` 64 against 58 ms). Made
+// large block of every process: `python3 -c pass` took 25.8 ms, 14.4 now;
+// reliability.md no. 71). Made
 // inside a window of the fork gate and recorded in listen_fd before the
 // window closes: a fork waits for it, so no child inherits a listening fd
 // its fork handler does not know of (before, the start lock gave the same).
@@ -639,14 +639,11 @@ Took take_one(int fd, int pid, uid_t overflow) {
 // allowed): the server then never runs, as before when start() could not
 // make it.
 int open_listening() {
-  for (int tries = 0; tries < 100; ++tries) {  // 20 ms each
-    if (!enter_fork_window()) continue;
-    const int fd = open_socket();
-    if (fd >= 0) listen_fd.store(fd);
-    pal::fork_window_close();
-    return fd;
-  }
-  return -1;
+  if (!enter_fork_window(kWindowWaitLong)) return -1;
+  const int fd = open_socket();
+  if (fd >= 0) listen_fd.store(fd);
+  pal::fork_window_close();
+  return fd;
 }
 
 void* server_main(void*) {
@@ -684,21 +681,26 @@ void* server_main(void*) {
 
 }  // namespace
 
+namespace {
+// The listening socket closed and forgotten, if it is still ours (a
+// program may have closed its number and reused it).
+void drop_listening() {
+  const int fd = listen_fd.exchange(-1);
+  if (fd >= 0 && still_ours(fd)) ::close(fd);
+}
+}  // namespace
+
 void start() {
   if (g.secure || g.config.get(Opt::live) != 0) return;  // "on" is the first word
   if (started.exchange(true)) return;
   // Detached, all signals blocked (pal::start_thread). It makes its
   // listening socket itself where prepare() did not (open_listening says
-  // why). The stack: 512 KiB
-  // beyond the static TLS block, for the answer's report: with
-  // LOWTIDE_SITES it symbolizes call sites through libdw and demangles
-  // their names (symbolize.cpp bounds the demangler's share by the length
-  // of the names it demangles).
-  if (pal::start_thread(&server_main, nullptr, std::size_t{512} << 10) != 0) {
-    // No server: a socket prepare() made goes (nobody would answer on it).
-    const int fd = listen_fd.exchange(-1);
-    if (fd >= 0 && still_ours(fd)) ::close(fd);
-  }
+  // why). The stack: 512 KiB beyond the static TLS block, for the answer's
+  // report: with LOWTIDE_SITES it symbolizes call sites through libdw and
+  // demangles their names (symbolize.cpp bounds the demangler's share by
+  // the length of the names it demangles).
+  // No server: a socket prepare() made goes (nobody would answer on it).
+  if (pal::start_thread(&server_main, nullptr, std::size_t{512} << 10) != 0) drop_listening();
 }
 
 void prepare(bool make) {
@@ -706,9 +708,7 @@ void prepare(bool make) {
   if (!make) {
     // Only a socket no server took (start() sets started before it makes
     // the server's thread).
-    if (started.load()) return;
-    const int fd = listen_fd.exchange(-1);
-    if (fd >= 0 && still_ours(fd)) ::close(fd);
+    if (!started.load()) drop_listening();
     return;
   }
   if (started.load() || listen_fd.load() >= 0) return;
@@ -722,8 +722,7 @@ void prepare(bool make) {
 }
 
 void fork_child() {
-  int fd = listen_fd.exchange(-1);
-  if (fd >= 0 && still_ours(fd)) ::close(fd);
+  drop_listening();
   pal::OwnFd c;
   c.fd = client_fd.exchange(-1);
   c.dev = client_dev.load(std::memory_order_relaxed);

@@ -17,9 +17,9 @@ namespace lowtide::live {
 // Called where the lowtide-decay thread has just been started (at a large
 // allocation, under the decay thread's start lock, which fork's prepare
 // handler also takes, and no other lowtide lock; every signal blocked, so
-// the new thread inherits a full mask): opens the socket and starts the server
-// thread, once per process, unless LOWTIDE_LIVE=off or the process is
-// AT_SECURE. Failures are silent (the process is then just not reachable;
+// the new thread inherits a full mask): starts the server thread, which
+// takes the socket prepare() made or makes its own, once per process,
+// unless LOWTIDE_LIVE=off or the process is AT_SECURE. Failures are silent (the process is then just not reachable;
 // docs/usage.md says when). Allocates only through glibc's pthread_create.
 void start();
 
