@@ -308,13 +308,8 @@ std::uint64_t Arena::reclaim_after_fork(bool (*cached)(std::uint32_t, std::uint3
       const std::uint32_t n = t & kLenMask;
       if (n == 0 || n > granules_ - s) break;
       if ((t & kUsed) != 0) {
-        // A live block's pointer lies in its extent's first two granules
-        // (the user offset is at most one granule), as for_each_live reads.
-        bool is_live = false;
-        for (std::uint32_t j = 0; j < 2 && j < n && !is_live; ++j) {
-          const std::uint64_t v = live_[s + j].load(std::memory_order_relaxed);
-          is_live = (v >> 63) != 0 && static_cast<std::uint32_t>(v) == s;
-        }
+        std::uint64_t v = 0;
+        const bool is_live = live_granule(s, n, &v) >= 0;
         bool held = false;
         for (const auto& slot : held_out_) {
           const std::uint64_t v = slot.load(std::memory_order_relaxed);

@@ -138,6 +138,18 @@ class Arena {
   // the extents under the lock (`try_only`: at exit, never wait; then the
   // walk reads without it, bounded by the table, and returns false). f runs
   // under the lock: it must not allocate.
+  // Which of the used extent [s, s+n)'s granules holds its live block's
+  // slot (*v), or -1 where it holds none (a cached extent, one being given
+  // back): the user pointer is in the first granule, or the second for
+  // alignments above a granule.
+  int live_granule(std::uint32_t s, std::uint32_t n, std::uint64_t* v) const {
+    for (std::uint32_t k = 0; k < 2 && k < n; ++k) {
+      *v = live_[s + k].load(std::memory_order_acquire);
+      if ((*v >> 63) != 0 && static_cast<std::uint32_t>(*v) == s) return static_cast<int>(k);
+    }
+    return -1;
+  }
+
   template <typename F>
   bool for_each_live(F f, bool try_only) {
     bool locked = try_only ? pthread_mutex_trylock(&mu_) == 0 : pthread_mutex_lock(&mu_) == 0;
@@ -148,15 +160,11 @@ class Arena {
       std::uint32_t t = tag_[s];
       std::uint32_t n = t & kLenMask;
       if (n == 0 || n > granules_ - s) break;
-      // The user pointer is in the first granule, or the second for
-      // alignments above a granule; a cached extent has none.
-      for (std::uint32_t k = 0; (t & kUsed) && k < 2 && k < n; ++k) {
-        std::uint64_t v = live_[s + k].load(std::memory_order_acquire);
-        if ((v >> 63) != 0 && static_cast<std::uint32_t>(v) == s) {
-          f(addr(s + k) + (((v >> 32) & kOffMask) << 4), s, n, static_cast<std::uint32_t>((v >> 44) & kTagMask));
-          break;
-        }
-      }
+      std::uint64_t v = 0;
+      const int k = (t & kUsed) ? live_granule(s, n, &v) : -1;
+      if (k >= 0)
+        f(addr(s + static_cast<std::uint32_t>(k)) + (((v >> 32) & kOffMask) << 4), s, n,
+          static_cast<std::uint32_t>((v >> 44) & kTagMask));
       s += n;
     }
     if (locked) unlock();
