@@ -14,6 +14,11 @@
    rss_after_200ms for every allocator, the lowtide run ran under lowtide,
    and glibc-tuned's setting took effect (it holds less than glibc after
    the free).
+2b. The free-page-reporting delay (HostReporting) on a stand-in file:
+   raised for the run and restored, also when the run is interrupted;
+   left alone where already as high, told to leave it, not a number or
+   missing. The end-to-end runs pass --host-reporting leave (a test does
+   not change the machine) and results.md says so.
 4. Issue 15's "lowtide / raw mimalloc" table on fixed medians (the target's
    metric per workload, met/missed on the right side for throughput and
    for time, the peak RSS difference; no table without mimalloc), and end
@@ -116,11 +121,50 @@ check(envs["jemalloc-tuned"].get("LD_PRELOAD") == envs["jemalloc"].get("LD_PRELO
 check(envs["lowtide"].get("LD_PRELOAD", "").endswith("src/liblowtide.so")
       and not {"MALLOC_CONF", "GLIBC_TUNABLES"} & set(envs["lowtide"]), "lowtide: %s" % envs["lowtide"])
 
+# --- 2b. the page-reporting delay, on a file standing in for the kernel's
+# parameter: raised for the run and put back (also when the run raises),
+# left alone where already as high, where told to leave it, where not a
+# number, and where the parameter is missing.
+with tempfile.TemporaryDirectory(prefix="lowtide-bench-hr-") as tmp:
+    par = os.path.join(tmp, "min_free_ms")
+
+    def param(v=None):
+        if v is not None:
+            with open(par, "w") as f:
+                f.write(v)
+        with open(par) as f:
+            return f.read().strip()
+
+    param("0\n")
+    with bench.HostReporting(par, 60000) as hr:
+        check(param() == "60000", "held: the parameter reads %s inside the run" % param())
+        check("0 -> 60000" in hr.note, "held: note %r" % hr.note)
+    check(param() == "0", "held: restored to %s" % param())
+    try:
+        with bench.HostReporting(par, 60000):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    check(param() == "0", "an interrupted run restores it: %s" % param())
+    param("90000\n")
+    with bench.HostReporting(par, 60000) as hr:
+        check(param() == "90000" and "already held" in hr.note, "already higher: %s, %r" % (param(), hr.note))
+    check(param() == "90000", "already higher: left at %s" % param())
+    param("5\n")
+    with bench.HostReporting(par, 60000, hold=False) as hr:
+        check(param() == "5" and "left as it was" in hr.note, "leave: %s, %r" % (param(), hr.note))
+    param("x\n")
+    with bench.HostReporting(par, 60000) as hr:
+        check(param() == "x" and "not a number" in hr.note, "not a number: %s, %r" % (param(), hr.note))
+    with bench.HostReporting(os.path.join(tmp, "absent"), 60000) as hr:
+        check("absent" in hr.note and not os.path.exists(os.path.join(tmp, "absent")),
+              "missing: nothing made, note %r" % hr.note)
+
 # --- 3. end to end
 with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
     out = os.path.join(tmp, "res")
     rc, stdout, err = run([bench_path, "--quick", "--only", "seed-1t", "--reps", "1", "--scale", "0.02",
-                           "--no-setup", "--build", build, "--out", out],
+                           "--no-setup", "--build", build, "--out", out, "--host-reporting", "leave"],
                           clean_env(MALLOC_CONF="narenas:1"), timeout=300)
     if not check(rc == 0, "scripts/bench rc %d: %s" % (rc, err[-3000:])):
         finish("tools_bench")
@@ -128,6 +172,8 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
     with open(os.path.join(out, "results.md")) as f:
         res = f.read()
     check(res.count(header) >= 5, "results.md: seven columns in every table")
+    check("free page reporting left as it was" in res.splitlines()[2] or "absent" in res.splitlines()[2],
+          "results.md's first line says what was done with page reporting: %r" % res.splitlines()[2])
     check("### RSS 0.2 s after free, MiB (median)" in res, "results.md: 0.2 s table")
     check("(rss-seed-1t.png)" in res, "results.md links the RSS chart")
     for png in ["chart.png", "rss-seed-1t.png"]:
@@ -206,7 +252,8 @@ check(bench.geomean_table(gruns, ["w3"], ["tcmalloc", "lowtide"]) == "", "no wor
 with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
     out = os.path.join(tmp, "res")
     rc, stdout, err = run([bench_path, "--only", "xthread,pair-xthread,pair-1t", "--reps", "1", "--scale", "0.01",
-                           "--allocators", "mimalloc", "--no-setup", "--build", build, "--out", out],
+                           "--allocators", "mimalloc", "--no-setup", "--build", build, "--out", out,
+                           "--host-reporting", "leave"],
                           clean_env(), timeout=300)
     if check(rc == 0, "scripts/bench (new programs) rc %d: %s" % (rc, err[-3000:])):
         with open(os.path.join(out, "raw.json")) as f:
