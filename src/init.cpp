@@ -172,9 +172,15 @@ void init_once() {
   stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes, &cache::note_thread_exit);
   // 100 ms past mimalloc's purge delay: the collect then finds the exited
   // threads' segments expired.
-  cache::init(&small::committed_now, &live::start, &small::collect_expired,
-              small::segment_purge_delay_ns() + 100'000'000u, &small::release_retained,
-              &stats::last_thread_start_ns, &live::prepare);
+  cache::Hooks hooks;
+  hooks.small_committed = &small::committed_now;
+  hooks.thread_start = &live::start;
+  hooks.small_collect = &small::collect_expired;
+  hooks.small_collect_after_ns = small::segment_purge_delay_ns() + 100'000'000u;
+  hooks.small_release = &small::release_retained;
+  hooks.last_start = &stats::last_thread_start_ns;
+  hooks.live_prepare = &live::prepare;
+  cache::init(hooks);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;

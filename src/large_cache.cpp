@@ -1096,16 +1096,14 @@ void account_returned(std::size_t bytes, Reason why) {
   }
 }
 
-void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
-          std::uint64_t small_collect_after_ns, void (*small_release)(), std::uint64_t (*last_start)(),
-          void (*live_prepare)(bool)) {
-  live_prepare_fn = live_prepare;
-  small_release_fn = small_release;
-  last_start_fn = last_start;
-  small_committed_fn = small_committed;
-  on_thread_start = thread_start_hook;
-  small_collect_fn = small_collect;
-  small_collect_after = small_collect_after_ns;
+void init(const Hooks& h) {
+  live_prepare_fn = h.live_prepare;
+  small_release_fn = h.small_release;
+  last_start_fn = h.last_start;
+  small_committed_fn = h.small_committed;
+  on_thread_start = h.thread_start;
+  small_collect_fn = h.small_collect;
+  small_collect_after = h.small_collect_after_ns;
   const std::uint64_t cap = g.config.get(Opt::cache);
   production_cache.configure(cap == kSizeWord ? auto_cap(pal::ram_bytes()) : cap,
                              g.config.get(Opt::decay_ms) * 1'000'000u,

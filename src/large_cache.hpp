@@ -486,21 +486,35 @@ constexpr std::size_t auto_cap(std::uint64_t ram) {
 constexpr std::uint64_t kExitStartBytes = std::uint64_t{4} << 20;
 void note_thread_exit(std::uint64_t small_out);
 
-// small_committed: mimalloc's committed bytes (the demand rule of the decay
-// thread); may be null. thread_start_hook (may be null): run each time the
-// decay thread has been started, by the thread that started it (init.cpp
-// passes live::start). small_collect (may be null): what the decay thread
-// runs, under limit::collect_guarded, once no thread has exited for
-// small_collect_after_ns (small::collect_expired, and mimalloc's purge
-// delay for freed segments plus a margin). small_release (may be null):
-// what it runs, likewise, once no thread has exited for a while (100-800
-// ms) after a thread that handed out kExitStartBytes or more exited
-// (small::release_retained: mimalloc gives back all it keeps, its segment
-// cache included); last_start (may be null): when a thread last started
-// (stats::last_thread_start_ns), which sets that while.
-void init(std::size_t (*small_committed)(), void (*thread_start_hook)(), void (*small_collect)(),
-          std::uint64_t small_collect_after_ns, void (*small_release)() = nullptr,
-          std::uint64_t (*last_start)() = nullptr, void (*live_prepare)(bool) = nullptr);
+// What the decay thread calls in other layers, given by init.cpp (the unit
+// tests link this file without them: every one may be null).
+struct Hooks {
+  // mimalloc's committed bytes (small::committed_now): the demand rule of
+  // the decay thread.
+  std::size_t (*small_committed)() = nullptr;
+  // Run each time the decay thread has been started, by the thread that
+  // started it (live::start).
+  void (*thread_start)() = nullptr;
+  // What the decay thread runs, under limit::collect_guarded, once no
+  // thread has exited for small_collect_after_ns (small::collect_expired;
+  // the delay is mimalloc's purge delay for freed segments plus a margin).
+  void (*small_collect)() = nullptr;
+  std::uint64_t small_collect_after_ns = 0;
+  // What it runs, likewise, once no thread has exited for a while (100-800
+  // ms) after a thread that handed out kExitStartBytes or more exited
+  // (small::release_retained: mimalloc gives back all it keeps, its
+  // segment cache included).
+  void (*small_release)() = nullptr;
+  // When a thread last started (stats::last_thread_start_ns), which sets
+  // that while.
+  std::uint64_t (*last_start)() = nullptr;
+  // live::prepare: called just before the decay thread is created (true:
+  // the live server's socket is made then where the process has no other
+  // thread) and after a start that created none (false: that socket is
+  // closed).
+  void (*live_prepare)(bool) = nullptr;
+};
+void init(const Hooks& hooks);
 void fork_prepare();
 void fork_parent();
 void fork_child();
