@@ -89,6 +89,12 @@ LT_EXPORT int mlock(const void* p, std::size_t len) noexcept { return lowtide::l
 LT_EXPORT int mlock2(const void* p, std::size_t len, unsigned int flags) noexcept {
   return lowtide::libc::mlock2(p, len, flags);
 }
+// Interposed to know that a freed large block may have lost its write
+// permission (libc.hpp).
+LT_EXPORT int mprotect(void* p, std::size_t len, int prot) noexcept { return lowtide::libc::mprotect(p, len, prot); }
+LT_EXPORT int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) noexcept {
+  return lowtide::libc::pkey_mprotect(p, len, prot, pkey);
+}
 // Interposed for one look at AT_SECURE before libmimalloc reads its
 // variables (init.hpp).
 LT_EXPORT int __cxa_atexit(void (*f)(void*), void* arg, void* dso) noexcept { return lowtide::cxa_atexit(f, arg, dso); }

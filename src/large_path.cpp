@@ -342,7 +342,11 @@ void LargePath::release(void* p, const char* what) {
   stats::large_live_sub(usable);
   if (header_of(p)->origin == Origin::realloc) note_grown(e.n);
   sites::released(header_of(p), p, usable);
-  if (cache_.put(e.start, e.n)) stats::add(st, stats::large_cached_frees, 1);
+  // A block the program took write permission from (mprotect, a key) is
+  // made read-write before the cache keeps it, or given back (platform.hpp,
+  // writable_again).
+  const bool writable = ops_.writable_again == nullptr || ops_.writable_again(e.base(a_), e.bytes());
+  if (writable && cache_.put(e.start, e.n)) stats::add(st, stats::large_cached_frees, 1);
   else return_to_os(e, st, stats::large_released_free);
   cache_.purge(false);
 }

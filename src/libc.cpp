@@ -376,6 +376,29 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
   return pal::mlock2(p, len, flags);
 }
 
+// Only a call that reaches the range and leaves something other than
+// read-write can make a freed block unsafe to hand out again (a JIT's code
+// buffer, a guard page, a key); flagged before the call, so that a free
+// ordered after it by the program sees the flag (pal::writable_again).
+namespace {
+bool reaches_range(const void* p, std::size_t len) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const Arena& r = large::space.arena;
+  return r.ready() && a < r.base() + r.size() && a + len > r.base();
+}
+}  // namespace
+
+int mprotect(void* p, std::size_t len, int prot) {
+  if (prot != (PROT_READ | PROT_WRITE) && reaches_range(p, len)) pal::note_protected(false);
+  return pal::mprotect(p, len, prot);
+}
+
+int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
+  if ((prot != (PROT_READ | PROT_WRITE) || (pkey != -1 && pkey != 0)) && reaches_range(p, len))
+    pal::note_protected(pkey != -1 && pkey != 0);
+  return pal::pkey_mprotect(p, len, prot, pkey);
+}
+
 int mlockall(int flags) {
   // From here frees release PROT_NONE; those already re-mapping read-write
   // finish first, so that protect_free finds what they released, and so

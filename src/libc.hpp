@@ -184,6 +184,11 @@ int mlockall(int flags);
 // The interposed mlock/mlock2: a lock on lowtide's range turns growth by
 // mremap off (pal::mremap_growth_ok) until munlockall.
 int mlock2(const void* p, std::size_t len, unsigned flags);
+// The interposed mprotect/pkey_mprotect: a call that takes write permission
+// from part of lowtide's range (or gives it a key) has freed blocks made
+// read-write again before the reuse cache keeps them (pal::writable_again).
+int mprotect(void* p, std::size_t len, int prot);
+int pkey_mprotect(void* p, std::size_t len, int prot, int pkey);
 
 void* calloc(std::size_t n, std::size_t size);
 // realloc's every case but the common one below (a null p, n = 0, a

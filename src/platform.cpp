@@ -34,6 +34,14 @@
 namespace lowtide::pal {
 
 namespace {
+// lowtide's own mprotect calls: the system call, not the exported mprotect
+// (which would take lowtide's PROT_NONE releases for the program's).
+int sys_mprotect(void* p, std::size_t len, int prot) {
+  return ::syscall(SYS_mprotect, p, len, prot) == 0 ? 0 : -1;
+}
+}  // namespace
+
+namespace {
 constexpr int kReserveFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 }
 
@@ -129,7 +137,7 @@ Commit commit(void* p, std::size_t len) {
   // fails cleanly (ENOMEM). The merging MAP_NORESERVE buys is lost in mode 2
   // anyway (the kernel accounts every writable private mapping there).
   if (overcommit() == 2) {
-    if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) return Commit::refused;  // or the map count
+    if (sys_mprotect(p, len, PROT_READ | PROT_WRITE) != 0) return Commit::refused;  // or the map count
     // As below: a range left read-write by a decommit at the map count may
     // hold a write made after its free.
     ::madvise(p, len, MADV_DONTNEED);
@@ -143,7 +151,7 @@ Commit commit(void* p, std::size_t len) {
   // be split. Any other refusal stands: EAGAIN is an mlock limit, which
   // mprotect would get around. (A partial success leaves part of the range
   // read-write with its pages dropped, a valid state for a free extent.)
-  if (errno == ENOMEM && ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
+  if (errno == ENOMEM && sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
     // The pages were dropped when the extent was freed. Drop them again
     // (this changes no mapping, so it works at the limit) so that a write
     // after free cannot show through a calloc.
@@ -194,6 +202,38 @@ int munlockall() {
 
 void note_locked() { locked_some.store(true, std::memory_order_seq_cst); }
 
+namespace {
+// 0 until the program takes write permission from part of lowtide's range
+// (mprotect or pkey_mprotect: note_protected); 1 then, 2 once a
+// pkey_mprotect gave part of it a protection key. Only grows.
+std::atomic<int> protected_kind{0};
+}  // namespace
+
+void note_protected(bool keyed) {
+  int k = protected_kind.load(std::memory_order_relaxed);
+  const int want = keyed ? 2 : 1;
+  while (k < want && !protected_kind.compare_exchange_weak(k, want, std::memory_order_seq_cst)) {
+  }
+}
+
+int mprotect(void* p, std::size_t len, int prot) { return sys_mprotect(p, len, prot); }
+
+int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
+  return ::syscall(SYS_pkey_mprotect, p, len, prot, pkey) == 0 ? 0 : -1;
+}
+
+bool writable_again(void* p, std::size_t len) {
+  const int k = protected_kind.load(std::memory_order_seq_cst);
+  if (k == 0) return true;
+  // Read-write again, and with the default key where the program has used
+  // keys (a key whose writes a thread disabled would fault as surely).
+  const int saved = errno;
+  const bool ok = k == 2 ? pkey_mprotect(p, len, PROT_READ | PROT_WRITE, 0) == 0
+                         : sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
+  errno = saved;
+  return ok;
+}
+
 int mlock2(const void* p, std::size_t len, unsigned flags) {
   if (flags == 0) return ::syscall(SYS_mlock, p, len) == 0 ? 0 : -1;
   if (::syscall(SYS_mlock2, p, len, flags) == 0) return 0;
@@ -222,7 +262,7 @@ void decommit(void* p, std::size_t len) {
   // its pages gone. MADV_DONTNEED refuses locked pages (mlockall);
   // MADV_DONTNEED_LOCKED (Linux 5.18) takes them.
   if (::madvise(p, len, MADV_DONTNEED) == 0 || ::madvise(p, len, MADV_DONTNEED_LOCKED) == 0) {
-    ::mprotect(p, len, PROT_NONE);
+    sys_mprotect(p, len, PROT_NONE);
     return;
   }
   // An older kernel and locked pages: the range must at least read as zeros
@@ -488,7 +528,7 @@ void* map_lazy(std::size_t len) {
 
 bool open_table(void* p, std::size_t len) {
   const int saved = errno;
-  const bool ok = ::mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
+  const bool ok = sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0;
   errno = saved;
   return ok;
 }

@@ -143,6 +143,21 @@ bool mremap_growth_ok();
 // (libc::mlock2 calls it for a lock that overlaps the range, before the call).
 int mlock2(const void* p, std::size_t len, unsigned flags);
 void note_locked();
+// mprotect and pkey_mprotect for the interposed exports: the system calls.
+// note_protected(): the program is about to take write permission from part
+// of the range (libc::mprotect calls it before the call; keyed: a
+// pkey_mprotect with a key), so a large block may be freed that way.
+// writable_again(p, len): before the reuse cache keeps a freed block
+// (LargePath::release): nothing where no such call was ever made, else the
+// block is made read-write again (with the default key where keys were
+// used); false where the kernel refused, and the block is given back
+// instead. glibc unmaps such a block at its free; a cache that kept it as
+// it was handed it to the next malloc of its size, whose first write died
+// (reliability.md no. 76).
+void note_protected(bool keyed);
+int mprotect(void* p, std::size_t len, int prot);
+int pkey_mprotect(void* p, std::size_t len, int prot, int pkey);
+bool writable_again(void* p, std::size_t len);
 // Grow the mapping [p, p+len) in place to new_len as the same mapping
 // (munmap of [p+len, p+new_len), then mremap without MREMAP_MAYMOVE): a
 // block move_grow moved stays one mapping, where a tail mapped behind its
@@ -441,8 +456,11 @@ struct PageOps {
   // After a refused commit: whether the range is still reserved (mapped
   // again if it had become a hole), false where it may be someone else's.
   bool (*recover)(void* p, std::size_t len) = &recover_destination;
+  // Before a freed block is cached (writable_again); null: always (tests).
+  bool (*writable_again)(void* p, std::size_t len) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
-                                  &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok};
+                                  &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
+                                  &recover_destination, &writable_again};
 
 }  // namespace lowtide::pal

@@ -18,7 +18,9 @@ as ldd resolves them), keeps the allocation family, and asserts:
     SIGTERM/SIGINT report handler invisible: docs/report.md), and
     __cxa_atexit (the setuid guard for mimalloc's variables: src/init.hpp),
     mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp),
-    mlock/mlock2 (locked memory turns off growth by mremap) and
+    mlock/mlock2 (locked memory turns off growth by mremap),
+    mprotect/pkey_mprotect (a freed block the program took write permission
+    from is made writable before it is cached: platform.hpp) and
     __register_atfork (lowtide's fork handlers registered first: init.hpp);
  4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
@@ -200,8 +202,11 @@ def main():
     # (src/platform.hpp mremap_growth_ok).
     # __register_atfork (what pthread_atfork calls): lowtide's own fork
     # handlers are registered before any other's (src/init.hpp).
+    # mprotect/pkey_mprotect: a large block freed without write permission
+    # is made writable again before the reuse cache keeps it
+    # (src/platform.hpp writable_again).
     EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall",
-                  "mlock", "mlock2", "__register_atfork"}
+                  "mlock", "mlock2", "mprotect", "pkey_mprotect", "__register_atfork"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)
