@@ -219,6 +219,9 @@ void note_protected(bool keyed) {
 int mprotect(void* p, std::size_t len, int prot) { return sys_mprotect(p, len, prot); }
 
 int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
+  // As glibc's: key -1 is mprotect, which works where the system call is
+  // refused (a kernel before 4.9, a seccomp filter).
+  if (pkey == -1) return sys_mprotect(p, len, prot);
   return ::syscall(SYS_pkey_mprotect, p, len, prot, pkey) == 0 ? 0 : -1;
 }
 
