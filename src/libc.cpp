@@ -394,9 +394,17 @@ int mprotect(void* p, std::size_t len, int prot) {
 }
 
 int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
-  if ((prot != (PROT_READ | PROT_WRITE) || (pkey != -1 && pkey != 0)) && reaches_range(p, len))
-    pal::note_protected(pkey != -1 && pkey != 0);
-  return pal::pkey_mprotect(p, len, prot, pkey);
+  const bool keyed = pkey != -1 && pkey != 0;
+  const bool flag = (prot != (PROT_READ | PROT_WRITE) || keyed) && reaches_range(p, len);
+  if (flag) pal::note_protected(false);
+  const int r = pal::pkey_mprotect(p, len, prot, pkey);
+  // Keyed only once a key may have been given: not where the kernel refused
+  // the call before changing anything (EINVAL: a key not allocated, or a
+  // CPU without keys, where even key 0 is refused and writable_again's
+  // reset would then fail for every block; ENOSYS: no such system call).
+  // Before the call returns, so a free the program orders after it sees it.
+  if (flag && keyed && (r == 0 || (errno != EINVAL && errno != ENOSYS))) pal::note_protected(true);
+  return r;
 }
 
 int mlockall(int flags) {
