@@ -145,8 +145,9 @@ int mlock2(const void* p, std::size_t len, unsigned flags);
 void note_locked();
 // mprotect and pkey_mprotect for the interposed exports: the system calls.
 // note_protected(): the program is about to take write permission from part
-// of the range (libc::mprotect calls it before the call; keyed: a
-// pkey_mprotect with a key), so a large block may be freed that way.
+// of the range (libc::mprotect calls it before the call; keyed: after a
+// pkey_mprotect that may have given a key), so a large block may be freed
+// that way.
 // writable_again(p, len): before the reuse cache keeps a freed block
 // (LargePath::release): nothing where no such call was ever made, else the
 // block is made read-write again (with the default key where keys were
