@@ -42,6 +42,14 @@ def peer_libdir():
     return os.environ.get("LOWTIDE_PEER_LIBDIR", os.path.join("/usr/lib", multiarch))
 
 
+def shown(text):
+    """text (a command-line argument or a path) as valid text: bytes that
+    are not UTF-8 (os.fsdecode's surrogates) as \\xNN. compare.md and the
+    printed table are UTF-8; a surrogate there was a UnicodeEncodeError
+    after every run had been made."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
 def say(msg):
     print("lowtide compare: " + msg, file=sys.stderr, flush=True)
 
@@ -172,7 +180,7 @@ def main(lib, command, peers, out, interval):
                 "first sample, or the preload did not take)" % (name, os.path.basename(path)))
         results.append(r)
 
-    cmdline = " ".join(shlex.quote(c) for c in command)
+    cmdline = " ".join(shlex.quote(shown(c)) for c in command)
     if cant_plot:
         say(cant_plot)
     else:
@@ -183,11 +191,11 @@ def main(lib, command, peers, out, interval):
     md += table(results) + [""] + ["- " + n for n in NOTES] + [""]
     failed = [r["allocator"] for r in results if r["exit"] != 0]
     if failed:
-        md += ["The command failed under: %s (see %s/<allocator>.err)." % (", ".join(failed), out), ""]
+        md += ["The command failed under: %s (see %s/<allocator>.err)." % (", ".join(failed), shown(out)), ""]
     md += lowtide_section(out)
     with open(os.path.join(out, "samples.json"), "w") as f:
         json.dump({"command": command, "interval_s": interval, "runs": results}, f)
-    with open(os.path.join(out, "compare.md"), "w") as f:
+    with open(os.path.join(out, "compare.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md))
     print("\n".join(md), flush=True)
     say("wrote %s" % ", ".join(os.path.join(out, n) for n in
@@ -207,5 +215,5 @@ def lowtide_section(out):
         return md + ["lowtide wrote no report: the command was not run under lowtide (a static binary, "
                      "a refused preload) or was killed by a signal.", ""]
     return md + ["From %d JSON report(s) in %s (`lowtide report %s` shows it again):"
-                 % (len(rows), out, os.path.join(out, REPORT_GLOB)), "", "```"] \
+                 % (len(rows), shown(out), shown(os.path.join(out, REPORT_GLOB))), "", "```"] \
         + report_cmd.summary_lines(rows, total) + ["```", ""]

@@ -1,0 +1,44 @@
+"""`lowtide compare` on what a user may give it, one case per meson test:
+
+  compare_edge_test.py CASE LAUNCHER BUILD_DIR
+
+  nonutf8_arg   an argument and an --out that are not UTF-8 (a file name
+                from a Latin-1 system): the table and compare.md are still
+                written, the bytes shown escaped, no traceback"""
+import os
+import sys
+import tempfile
+
+from tools_common import check, clean_env, finish, run
+
+case, launcher, build = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
+env = clean_env(LOWTIDE_BUILD_DIR=build)
+
+
+def compare(args, timeout=120):
+    """Runs `lowtide compare --with glibc ARGS` (bytes arguments allowed)."""
+    rc, out, err = run([os.fsencode(launcher), b"compare", b"--with", b"glibc"] + args, env, timeout=timeout)
+    print(out, err[-3000:], sep="\n")
+    return rc, out, err
+
+
+def case_nonutf8_arg(tmp):
+    out = os.path.join(os.fsencode(tmp), b"cmp-\xff")
+    rc, stdout, err = compare([b"--out", out, b"--", b"/bin/echo", b"arg-\xfe"])
+    check(rc == 0 and "Traceback" not in err, "compare with non-UTF-8 bytes: rc %d" % rc)
+    md = os.path.join(out, b"compare.md")
+    check(os.path.exists(md), "compare.md written")
+    if os.path.exists(md):
+        with open(md, "rb") as f:
+            text = f.read().decode()  # the Markdown is UTF-8
+        check("arg-\\xfe" in text, "the argument shown escaped in compare.md: %r" % text[:300])
+        check("| glibc | 0 |" in text and "| lowtide | 0 |" in text, "both rows in compare.md")
+        check("| lowtide | 0 |" in stdout, "the table printed")
+    with open(os.path.join(out, b"lowtide.out"), "rb") as f:
+        check(f.read() == b"arg-\xfe\n", "the command got its argument's bytes unchanged")
+
+
+cases = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+with tempfile.TemporaryDirectory(prefix="lowtide-compare-edge-") as tmp:
+    cases[case](tmp)
+finish()
