@@ -78,9 +78,11 @@ def tree_rss(root):
 
 
 def maps_contain(pid, needle):
-    """True if a mapping of pid's has needle in its path."""
+    """True if a mapping of pid's has needle in its path. Read as bytes: a
+    path there need not be UTF-8 (a UnicodeDecodeError ended compare)."""
+    needle = os.fsencode(needle)
     try:
-        with open("/proc/%d/maps" % pid) as f:
+        with open("/proc/%d/maps" % pid, "rb") as f:
             return any(needle in line for line in f)
     except OSError:
         return False

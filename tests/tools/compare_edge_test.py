@@ -4,7 +4,9 @@
 
   nonutf8_arg   an argument and an --out that are not UTF-8 (a file name
                 from a Latin-1 system): the table and compare.md are still
-                written, the bytes shown escaped, no traceback"""
+                written, the bytes shown escaped, no traceback
+  nonutf8_prog  a program whose file name is not UTF-8: its path is in its
+                /proc/PID/maps, which compare reads to see the preload"""
 import os
 import sys
 import tempfile
@@ -36,6 +38,19 @@ def case_nonutf8_arg(tmp):
         check("| lowtide | 0 |" in stdout, "the table printed")
     with open(os.path.join(out, b"lowtide.out"), "rb") as f:
         check(f.read() == b"arg-\xfe\n", "the command got its argument's bytes unchanged")
+
+
+
+def case_nonutf8_prog(tmp):
+    prog = os.path.join(os.fsencode(tmp), b"sleep-\xff")
+    with open("/bin/sleep", "rb") as src, open(prog, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(prog, 0o755)
+    out = os.path.join(tmp, "cmp")
+    rc, stdout, err = compare([b"--out", os.fsencode(out), b"--", prog, b"0.5"])
+    check(rc == 0 and "Traceback" not in err, "compare of a program named in Latin-1: rc %d" % rc)
+    check("| lowtide | 0 |" in stdout, "the table printed")
+    check("was not seen in the process's maps" not in err, "the preload seen in its maps")
 
 
 cases = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
