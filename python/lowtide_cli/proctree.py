@@ -21,14 +21,15 @@ def _stat(pid):
 
 def task_texts(pid, name):
     """The text of /proc/PID/task/TID/<name> for each thread of pid that
-    could be read (none where pid's threads cannot be listed)."""
+    could be read (none where pid's threads cannot be listed). Bytes that
+    are not UTF-8 (a thread's name is its own choice) read as U+FFFD."""
     try:
         tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
         return
     for tid in tasks:
         try:
-            with open("/proc/%d/task/%s/%s" % (pid, tid, name)) as f:
+            with open("/proc/%d/task/%s/%s" % (pid, tid, name), errors="replace") as f:
                 yield f.read()
         except OSError:
             pass

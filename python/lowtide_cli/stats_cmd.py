@@ -30,9 +30,11 @@ class LiveError(Exception):
 
 
 def _nspid(pid):
-    """The pid as the process sees itself (innermost pid namespace)."""
+    """The pid as the process sees itself (innermost pid namespace).
+    /proc/PID/status is read with errors="replace": its Name: line is the
+    process's own choice of bytes (its file name, prctl), not always UTF-8."""
     try:
-        with open("/proc/%d/status" % pid) as f:
+        with open("/proc/%d/status" % pid, errors="replace") as f:
             for line in f:
                 if line.startswith("NSpid:"):
                     return int(line.split()[-1])
@@ -113,7 +115,7 @@ def _euids(pid):
     uids = set()
     try:
         uids.add(os.stat("/proc/%d" % pid).st_uid)
-        with open("/proc/%d/status" % pid) as f:
+        with open("/proc/%d/status" % pid, errors="replace") as f:
             for line in f:
                 if line.startswith("Uid:"):
                     uids.add(int(line.split()[2]))

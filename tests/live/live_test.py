@@ -58,6 +58,10 @@ Cases (one meson test each):
              that it is not reachable from here and names nsenter, rather
              than first waiting 2 s for a name our /proc/net/unix never
              lists (skipped where unprivileged user namespaces are off)
+  nonutf8    a process whose name (comm, the Name: line of /proc/PID/status)
+             is not UTF-8, one under lowtide and one without it: `lowtide
+             stats` and `top` answer for the first and say the second has
+             no socket, without a UnicodeDecodeError traceback
   escapes    a process whose command line and main thread name carry
              terminal escape sequences: `lowtide stats`, `top`, `report` and
              the call-site lines print no ESC (0x1b) or other control;
@@ -627,6 +631,35 @@ def case_escapes(prog, launcher, tmp):
           "report --json: valid, escaped: %r" % out[:300])
 
 
+def case_nonutf8(prog, launcher, tmp):
+    # comm is the file name exec'd (a link's own), its bytes as they are.
+    link = os.path.join(os.fsencode(tmp), b"lt-\xff\xfe")
+    os.symlink(prog, link)
+    p = Prog(["lt-prog"], clean_env(), executable=link)
+    try:
+        with open("/proc/%d/comm" % p.pid, "rb") as f:
+            check(b"\xff" in f.read(), "the name is not UTF-8 (else this test proves nothing)")
+        if not check(wait_for(lambda: our_names(p.pid)), "socket present"):
+            return
+        for args in (["stats", str(p.pid)], ["stats", str(p.pid), "--json"], ["top", str(p.pid), "--count", "1"]):
+            rc, out, err = cli(launcher, args)
+            check(rc == 0 and "Traceback" not in err and str(p.pid) in out,
+                  "%s: answered: rc %d %r" % (" ".join(args), rc, err[-500:]))
+    finally:
+        p.stop()
+    sleeper = os.path.join(os.fsencode(tmp), b"sleep-\xff")
+    shutil.copy("/bin/sleep", sleeper)
+    s = subprocess.Popen([sleeper, "60"], env=clean_env())
+    try:
+        wait_for(lambda: open("/proc/%d/comm" % s.pid, "rb").read().startswith(b"sleep-"))
+        rc, out, err = cli(launcher, ["stats", str(s.pid)])
+        check(rc == 1 and "Traceback" not in err and "has no lowtide socket" in err,
+              "a process without lowtide: not reachable, said: rc %d %r" % (rc, err[-500:]))
+    finally:
+        s.kill()
+        s.wait()
+
+
 def task_of(pid, name):
     for t in os.listdir("/proc/%d/task" % pid):
         try:
@@ -804,7 +837,7 @@ CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kil
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
          "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped,
-         "netns": case_netns}
+         "netns": case_netns, "nonutf8": case_nonutf8}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
