@@ -363,9 +363,10 @@ def sample(pid, seen):
             rec = seen.get((p, exe))
             if rec is not None and (rec["libc"] or rec["lowtide"]):
                 continue  # decided: its maps need not be read again
-            with open("/proc/%d/maps" % p) as f:
+            # errors="replace": a path in maps, and comm, need not be UTF-8.
+            with open("/proc/%d/maps" % p, errors="replace") as f:
                 maps = f.read()
-            with open("/proc/%d/comm" % p) as f:
+            with open("/proc/%d/comm" % p, errors="replace") as f:
                 comm = f.read().strip()
         except OSError:
             continue

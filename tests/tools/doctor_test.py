@@ -16,7 +16,9 @@ Each case crafts what doctor must notice and checks what it says:
             the process ran without lowtide
   cleared   a child exec'd with LD_PRELOAD removed: ran without lowtide
   no_malloc a program with a malloc of its own: lowtide loaded, no call
-  timeout   a command stopped by --timeout: loaded, no report"""
+  timeout   a command stopped by --timeout: loaded, no report
+  nonutf8   a program whose file name is not UTF-8 (in its /proc/PID/maps
+            and comm): served, no traceback"""
 import os
 import shutil
 import stat
@@ -239,6 +241,17 @@ def case_timeout(tmp):
     check(rc == 0 and not any("loaded but wrote no report" in w for w in warnings(out))
           and "lowtide served" in out,
           "stopped by SIGTERM: its report written all the same, rc %d" % rc)
+
+
+
+def case_nonutf8(tmp):
+    exe = compile_c(tmp, "prog", MALLOC_PROGRAM)
+    odd = os.path.join(os.fsencode(tmp), b"prog-\xff")
+    os.rename(exe, odd)
+    rc, out, err = run([os.fsencode(launcher), b"doctor", b"--", odd, b"1"], env, timeout=120)
+    print(out, err, sep="\n")
+    check(rc == 0 and "Traceback" not in err and "lowtide is in use" in out and "lowtide served" in out,
+          "a program named in Latin-1: served, rc %d" % rc)
 
 
 cases = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
