@@ -38,6 +38,9 @@ def load(path):
         r = json.loads(text[start:])
     except json.JSONDecodeError as e:
         raise BadReport("%s: not valid JSON (%s)" % (path, e)) from None
+    except RecursionError:
+        # Nested deeper than Python's recursion limit: no report of ours is.
+        raise BadReport("%s: not valid JSON (nested too deeply to be a lowtide report)" % path) from None
     if not isinstance(r, dict) or r.get("schema") != SCHEMA:
         raise BadReport("%s: not a lowtide report" % path)
     if r.get("schema_version") != SCHEMA_VERSION:

@@ -130,4 +130,15 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
     rc, out, err = run([launcher, "report", junk], clean_env())
     check(rc == 1 and "no usable report" in err, "only bad files: rc %d" % rc)
 
+    # JSON nested deeper than Python's recursion limit (a damaged or crafted
+    # file): named like any other bad file (before: a RecursionError traceback).
+    deep = os.path.join(tmp, "deep.json")
+    with open(deep, "w") as f:
+        f.write('{"schema": "lowtide-report", "schema_version": 1, "x": ' + "[" * 100000 + "]" * 100000 + "}")
+    for args in (["report", files[0], deep], ["report", "--collapsed", os.path.join(tmp, "c.txt"), files[0], deep]):
+        rc, out, err = run([launcher] + args, clean_env())
+        check(rc == 1 and "Traceback" not in err and "deep.json: not valid JSON" in err
+              and "total over 1 process" in out, "%s: deep.json named, the rest merged: rc %d %r"
+              % (args[:2], rc, err[-300:]))
+
 finish()
