@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -93,31 +94,98 @@ def run_env(name, lib, out):
     return env
 
 
-def measure(command, env, out, name, interval):
-    """Run command to its end, sampling its process tree's RSS."""
-    with open(os.path.join(out, name + ".out"), "wb") as so, open(os.path.join(out, name + ".err"), "wb") as se:
-        t0 = time.monotonic()
-        p = subprocess.Popen(command, env=env, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
-        samples, seen, status, ru = [], False, None, None
-        needle = os.path.basename(env.get("LD_PRELOAD", "")) or None
+def create_new(out):
+    """A new file in the directory out: (binary file object, its name).
+    Made as lowtide makes its reports (docs/security.md): a name nobody can
+    predict, O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, then renamed over the
+    final name (put_in_place). --out may be a shared directory (/tmp/cmp,
+    made by someone else): opening DIR/glibc.out wrote through whatever
+    link that someone had planted there."""
+    while True:
+        tmp = os.path.join(out, ".lowtide-%s.tmp" % secrets.token_hex(8))
         try:
-            while True:
-                rss, alive = proctree.tree_rss(p.pid)
-                now = time.monotonic() - t0
-                if alive:
-                    samples.append((round(now, 4), rss))
-                    if needle and not seen:
-                        seen = proctree.maps_contain(p.pid, needle)
-                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-                if pid == p.pid:
-                    break
-                time.sleep(max(0.0, interval - (time.monotonic() - t0 - now)))
-        except BaseException:
-            p.kill()
-            p.wait()
-            raise
-        wall = time.monotonic() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        return os.fdopen(fd, "wb"), tmp
+
+
+def put_in_place(tmp, out, name):
+    """Renames tmp over out/name (a link there is replaced, not followed);
+    removes tmp if that fails."""
+    try:
+        os.rename(tmp, os.path.join(out, name))
+    except OSError:
+        discard(tmp)
+        raise
+
+
+def discard(tmp):
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def write_new(out, name, write):
+    """out/name made by create_new and put_in_place, its content written by
+    write(binary file object)."""
+    f, tmp = create_new(out)
+    try:
+        with f:
+            write(f)
+    except BaseException:
+        discard(tmp)
+        raise
+    put_in_place(tmp, out, name)
+
+
+def measure(command, env, out, name, interval):
+    """Run command to its end, sampling its process tree's RSS. Its output
+    goes to out/NAME.out and .err (create_new: renamed into place at the end)."""
+    so, so_tmp = create_new(out)
+    try:
+        se, se_tmp = create_new(out)
+    except BaseException:
+        so.close()
+        discard(so_tmp)
+        raise
+    try:
+        with so, se:
+            r = _measure(command, env, so, se, name, interval)
+    except BaseException:
+        discard(so_tmp)
+        discard(se_tmp)
+        raise
+    put_in_place(so_tmp, out, name + ".out")
+    put_in_place(se_tmp, out, name + ".err")
+    return r
+
+
+def _measure(command, env, so, se, name, interval):
+    """measure's run, its stdout and stderr to the files so and se."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(command, env=env, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+    samples, seen, status, ru = [], False, None, None
+    needle = os.path.basename(env.get("LD_PRELOAD", "")) or None
+    try:
+        while True:
+            rss, alive = proctree.tree_rss(p.pid)
+            now = time.monotonic() - t0
+            if alive:
+                samples.append((round(now, 4), rss))
+                if needle and not seen:
+                    seen = proctree.maps_contain(p.pid, needle)
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                break
+            time.sleep(max(0.0, interval - (time.monotonic() - t0 - now)))
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
     return {"allocator": name, "exit": p.returncode, "wall_s": round(wall, 3),
             "peak_rss": max((r for _, r in samples), default=0),
             "end_rss": samples[-1][1] if samples else 0,
@@ -184,8 +252,8 @@ def main(lib, command, peers, out, interval):
     if cant_plot:
         say(cant_plot)
     else:
-        plot.rss_plot([(r["allocator"], r["samples"]) for r in results], cmdline[:100],
-                      os.path.join(out, "rss.png"))
+        write_new(out, "rss.png", lambda f: plot.rss_plot([(r["allocator"], r["samples"]) for r in results],
+                                                          cmdline[:100], f))
     md = ["# lowtide compare", "", "Command: `%s`" % cmdline, ""]
     md += [] if cant_plot else ["![RSS over time](rss.png)", ""]
     md += table(results) + [""] + ["- " + n for n in NOTES] + [""]
@@ -193,10 +261,9 @@ def main(lib, command, peers, out, interval):
     if failed:
         md += ["The command failed under: %s (see %s/<allocator>.err)." % (", ".join(failed), shown(out)), ""]
     md += lowtide_section(out)
-    with open(os.path.join(out, "samples.json"), "w") as f:
-        json.dump({"command": command, "interval_s": interval, "runs": results}, f)
-    with open(os.path.join(out, "compare.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    samples = json.dumps({"command": command, "interval_s": interval, "runs": results})
+    write_new(out, "samples.json", lambda f: f.write(samples.encode()))
+    write_new(out, "compare.md", lambda f: f.write("\n".join(md).encode("utf-8")))
     print("\n".join(md), flush=True)
     say("wrote %s" % ", ".join(os.path.join(out, n) for n in
                                (["compare.md", "samples.json"] + ([] if cant_plot else ["rss.png"]))))

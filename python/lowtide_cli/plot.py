@@ -15,7 +15,8 @@ def available():
 
 
 def rss_plot(runs, title, path):
-    """runs: [(allocator, [(seconds, rss bytes), ...])]; one line each."""
+    """runs: [(allocator, [(seconds, rss bytes), ...])]; one line each.
+    path: a file name or a binary file object, written as PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -30,5 +31,5 @@ def rss_plot(runs, title, path):
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
