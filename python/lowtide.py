@@ -133,7 +133,7 @@ def report(path=None, format="json"):
     format: "text", "json", "both", "prometheus", or "configured" (LOWTIDE_STATS's;
     Prometheus for a name ending in .prom).
     Raises OSError when the file could not be written (lowtide then wrote
-    the report to stderr)."""
+    the report to stderr), ValueError for a name with a NUL byte."""
     lib = _need()
     if format not in _FORMATS:
         raise ValueError("format must be one of %s, not %r" % (", ".join(_FORMATS), format))
@@ -141,6 +141,9 @@ def report(path=None, format="json"):
     # is not UTF-8), bytes or a path object, as os.open takes them; str()
     # made b"/tmp/r.json" the name "b'/tmp/r.json'".
     arg = None if path is None else os.fsencode(path)
+    if arg is not None and b"\0" in arg:
+        # As os.open: C would see the name cut at the NUL and write there.
+        raise ValueError("embedded null byte in path %r" % (path,))
     if lib.lowtide_write_report(arg, _FORMATS[format]) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "lowtide_write_report failed", path)

@@ -96,6 +96,16 @@ with tempfile.TemporaryDirectory(prefix="lowtide-helper-") as tmp:
         except (OSError, UnicodeError) as e:
             check(False, "report(%r): %r" % (given, e))
         check(os.path.isfile(os.path.join(tmp, written)), "report(%r) wrote %r: %r" % (given, written, os.listdir(tmp)))
+    # A name with a NUL in it is refused as os.open refuses it (ValueError),
+    # not cut at the NUL: report("DIR/keep\0.json") wrote DIR/keep.
+    for given in (os.path.join(tmp, "keep\0.json"), os.fsencode(os.path.join(tmp, "keep\0.json"))):
+        try:
+            lowtide.report(given)
+            check(False, "report(%r): a name with NUL refused" % given)
+        except ValueError:
+            pass
+        check(not os.path.exists(os.path.join(tmp, "keep")), "report(%r) wrote nothing at the name cut at NUL"
+              % given)
     try:
         lowtide.report(os.path.join(tmp, "x"), format="xml")
         check(False, "format='xml' rejected")
