@@ -28,31 +28,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lowtide/lowtide.h"
-
-extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
+#include "large_reused.h"
 
 #define MiB ((size_t)1 << 20)
-
-static uint64_t reused(void) {
-  struct lowtide_stats s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
-    fprintf(stderr, "pkey_fallback: not running under lowtide\n");
-    exit(2);
-  }
-  return s.large_reused;
-}
 
 // A block freed and one of its size taken again: 0 where the cache served
 // it and every page takes a write.
 static int freed_then_reused(void* p, size_t size) {
-  const uint64_t before = reused();
+  const uint64_t before = large_reused("pkey_fallback");
   free(p);
   volatile unsigned char* q = malloc(size);
   if (q == NULL) return 1;
-  const uint64_t after = reused();
+  const uint64_t after = large_reused("pkey_fallback");
   if (after != before + 1) {
     fprintf(stderr, "  the block was not served from the reuse cache (reused %llu -> %llu)\n",
             (unsigned long long)before, (unsigned long long)after);

@@ -18,22 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lowtide/lowtide.h"
-
-extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
+#include "large_reused.h"
 
 #define MiB ((size_t)1 << 20)
-
-static uint64_t reused(void) {
-  struct lowtide_stats s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
-    fprintf(stderr, "protected_free: not running under lowtide\n");
-    exit(2);
-  }
-  return s.large_reused;
-}
 
 // The case: what the program does to its block before freeing it.
 enum { READ_ONLY, GUARD_PAGE, NONE_WHOLE, PKEY_NONE, PKEY_KEYED, EXEC_ONLY };
@@ -71,11 +58,11 @@ static int run_case(int which, int use_calloc) {
     fprintf(stderr, "  setting the protection: %s\n", strerror(errno));
     return 1;
   }
-  const uint64_t before = reused();
+  const uint64_t before = large_reused("protected_free");
   free(p);
   unsigned char* q = use_calloc ? calloc(1, size) : malloc(size);
   if (q == NULL) return 1;
-  const uint64_t after = reused();
+  const uint64_t after = large_reused("protected_free");
   if (after != before + 1) {
     fprintf(stderr, "  the block was not served from the reuse cache (reused %llu -> %llu)\n",
             (unsigned long long)before, (unsigned long long)after);

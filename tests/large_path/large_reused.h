@@ -1,0 +1,24 @@
+// For the large_path tests written in C: how many large allocations the
+// reuse cache has served so far (lowtide_get_stats' large_reused), so that
+// a test can tell a block came from the cache and not from fresh pages.
+// Exits 2, naming the test, where the program does not run under lowtide.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lowtide/lowtide.h"
+
+extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
+
+static inline uint64_t large_reused(const char* test) {
+  struct lowtide_stats s;
+  memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
+    fprintf(stderr, "%s: not running under lowtide\n", test);
+    exit(2);
+  }
+  return s.large_reused;
+}
