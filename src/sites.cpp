@@ -1,5 +1,6 @@
 #include "sites.hpp"
 
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <dlfcn.h>
@@ -159,6 +160,11 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
     const link_map* lm = r.dlfo_link_map;
     where[i] = {lm->l_addr, (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path()};
   }
+  // No signal handler runs on this thread while it holds mu: one that
+  // forks would wait in fork_prepare for the lock its own thread holds.
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
   pthread_mutex_lock(&mu);
   std::uint32_t at = find(h);
   if (at == 0) {
@@ -185,6 +191,7 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
     }
   }
   pthread_mutex_unlock(&mu);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   return at;
 }
 
@@ -372,9 +379,14 @@ void start() {
 void fork_prepare() {
   if (!enabled.load(std::memory_order_relaxed)) return;
   fork_pending.store(true, std::memory_order_seq_cst);
+  // A capture of this thread's own (a signal handler that forks, having
+  // interrupted it) cannot end before the fork: not waited for. It holds
+  // no mu (insert blocks signals while it does) and goes on in both
+  // processes.
+  const int own = t_local.in_capture != 0 ? 1 : 0;
   // Bounded: a capture waiting on a loader lock the forking thread holds
   // (fork from a library constructor) must not hang the fork.
-  for (int i = 0; i < 20000 && capturing.load(std::memory_order_seq_cst) != 0; ++i) {
+  for (int i = 0; i < 20000 && capturing.load(std::memory_order_seq_cst) > own; ++i) {
     timespec ts{0, 100'000};
     nanosleep(&ts, nullptr);
   }
@@ -389,7 +401,9 @@ void fork_child() {
   if (!enabled.load(std::memory_order_relaxed)) return;
   symbolize::fork_child();
   pthread_mutex_init(&mu, nullptr);
-  capturing.store(0, std::memory_order_relaxed);
+  // Only this thread's own capture, if a signal handler forked from it,
+  // goes on here (and takes itself off the count when it ends).
+  capturing.store(t_local.in_capture != 0 ? 1 : 0, std::memory_order_relaxed);
   // A copy another thread was writing is left half-done: keep what it
   // wrote, mark it whole, let the next copy overwrite it.
   snap_busy.store(false, std::memory_order_relaxed);
