@@ -56,6 +56,8 @@ struct Api {
   Obj (*iframe_code)(void*);    // PyUnstable_InterpreterFrame_GetCode, 3.12+: new reference
   int (*iframe_line)(void*);    // PyUnstable_InterpreterFrame_GetLine, 3.12+
   void* code_type;              // &PyCode_Type
+  int (*gc_disable)();          // PyGC_Disable, 3.10+: returns whether it was enabled
+  int (*gc_enable)();           // PyGC_Enable, 3.10+
 };
 Api api{};
 bool on = false;
@@ -191,6 +193,8 @@ bool start(bool wanted) {
   look(self, api.addr2line, "PyCode_Addr2Line");
   look(self, api.iframe_code, "PyUnstable_InterpreterFrame_GetCode");
   look(self, api.iframe_line, "PyUnstable_InterpreterFrame_GetLine");
+  look(self, api.gc_disable, "PyGC_Disable");
+  look(self, api.gc_enable, "PyGC_Enable");
   api.code_type = ::dlsym(self, "PyCode_Type");
   const char* (*version)() = nullptr;
   look(self, version, "Py_GetVersion");
@@ -328,6 +332,11 @@ void capture(Captured* out) {
   if (ts == nullptr || api.current_unchecked() != ts || api.gil_check() == 0) return;
   Obj et = nullptr, ev = nullptr, etb = nullptr;
   api.err_fetch(&et, &ev, &etb);
+  // The collector held off: an object the walk makes (a UnicodeEncodeError
+  // for a file name with a lone surrogate, an AttributeError) may start a
+  // collection, which would run finalizers, arbitrary Python code, inside
+  // the host's malloc call (a bytearray's += half-way through its resize).
+  const bool gc_was_on = api.gc_disable != nullptr && api.gc_enable != nullptr && api.gc_disable() != 0;
   if (layout311) {
     walk311(ts, out);
   } else if (layout_new != 0) {
@@ -335,6 +344,7 @@ void capture(Captured* out) {
   } else {
     walk_api(ts, out);
   }
+  if (gc_was_on) api.gc_enable();
   api.err_clear();
   api.err_restore(et, ev, etb);
   std::uint64_t h = 0xcbf29ce484222325ULL;

@@ -38,8 +38,8 @@ bool active();
 // lowtide lock held). Fills *out with nothing unless this thread holds the
 // GIL. Python's calls allocate (small objects; a large one nested here gets
 // no site) and never leave an exception behind: the thread's pending one is
-// saved and put back, the collector is held off (a collection would run
-// arbitrary finalizers inside the host's malloc call).
+// saved and put back, the collector is held off (PyGC_Disable, 3.10+: a
+// collection would run arbitrary finalizers inside the host's malloc call).
 void capture(Captured* out);
 
 // Under sites' insert lock, for a new site id: keeps the frames (interned).

@@ -161,7 +161,22 @@ def case_stress(a, tmp):
         check(fn in inner, f"a site whose innermost Python frame is {fn}: {sorted(inner)}")
 
 
-CASES = {"static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
+def case_gc(a, tmp):
+    script = os.path.join(a.src, "names_gc.py")
+    rep = os.path.join(tmp, "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
+    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    check(rc == 0, f"the script ran through: status {rc}")
+    inside, ran = (int(v) for v in out.split())
+    check(ran == 20, f"every cycle's finalizer ran: {ran}")
+    check(inside == 0, f"no finalizer ran inside a captured malloc (a collection started there): {inside} did")
+    with open(rep) as f:
+        s = json.load(f)["sites"]
+    check(any(row["python"] and row["python"][0]["function"] == "grow" for row in s["top"]),
+          f"the += has its Python frames: {[r['python'] for r in s['top']]}")
+
+
+CASES = {"gc": case_gc, "static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
          "stress": case_stress, "signal_report": case_signal_report, "signal_dlopen": case_signal_dlopen}
 
 
