@@ -61,6 +61,8 @@ std::uint64_t interval_bytes = 0;
 std::uint32_t show = 0;
 
 std::atomic<int> capturing{0};
+// ThreadLocal::in_capture's bits (capture_site).
+constexpr std::uint16_t kCaptureBusy = 1, kCaptureCounted = 2;
 std::atomic<bool> fork_pending{false};
 
 // The heap-at-peak snapshot (sites.hpp, AtPeak): each site's live bytes, by
@@ -221,8 +223,18 @@ bool expired(ThreadLocal& t) {
 // The calling thread's stack as a site id (0: none could be had).
 std::uint32_t capture_site(ThreadLocal& t) {
   std::uint32_t site = 0;
-  t.in_capture = 1;
+  // in_capture: kCaptureBusy from first to last (no nested capture), and
+  // kCaptureCounted only while this capture is surely counted in
+  // `capturing`: set after the count goes up, cleared before it goes down.
+  // A signal handler's fork between the two sees its own capture counted
+  // and not marked (it waits out the bound, as pal::ForkGate's own_windows)
+  // rather than marked and not counted (it would not wait for another
+  // thread's capture, and its child would keep one counted for ever).
+  t.in_capture = kCaptureBusy;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   capturing.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t.in_capture = kCaptureBusy | kCaptureCounted;
   if (!fork_pending.load(std::memory_order_seq_cst)) {
     std::uintptr_t ips[kMaxFrames];
     int n = unwind::capture(ips, kMaxFrames);
@@ -242,7 +254,14 @@ std::uint32_t capture_site(ThreadLocal& t) {
       if (site == 0) site = insert(h, ips, n, py);
     }
   }
-  capturing.fetch_sub(1, std::memory_order_seq_cst);
+  t.in_capture = kCaptureBusy;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // Never below 0: a child's fork_child, run by a handler between the two
+  // steps above, may have set the count to this thread's marked captures.
+  int c = capturing.load(std::memory_order_seq_cst);
+  while (c > 0 && !capturing.compare_exchange_weak(c, c - 1, std::memory_order_seq_cst)) {
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t.in_capture = 0;
   return site;
 }
@@ -383,7 +402,7 @@ void fork_prepare() {
   // interrupted it) cannot end before the fork: not waited for. It holds
   // no mu (insert blocks signals while it does) and goes on in both
   // processes.
-  const int own = t_local.in_capture != 0 ? 1 : 0;
+  const int own = (t_local.in_capture & kCaptureCounted) != 0 ? 1 : 0;
   // Bounded: a capture waiting on a loader lock the forking thread holds
   // (fork from a library constructor) must not hang the fork.
   for (int i = 0; i < 20000 && capturing.load(std::memory_order_seq_cst) > own; ++i) {
@@ -403,7 +422,7 @@ void fork_child() {
   pthread_mutex_init(&mu, nullptr);
   // Only this thread's own capture, if a signal handler forked from it,
   // goes on here (and takes itself off the count when it ends).
-  capturing.store(t_local.in_capture != 0 ? 1 : 0, std::memory_order_relaxed);
+  capturing.store((t_local.in_capture & kCaptureCounted) != 0 ? 1 : 0, std::memory_order_relaxed);
   // A copy another thread was writing is left half-done: keep what it
   // wrote, mark it whole, let the next copy overwrite it.
   snap_busy.store(false, std::memory_order_relaxed);
