@@ -1,5 +1,6 @@
 #include "sites.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -223,6 +224,9 @@ bool expired(ThreadLocal& t) {
 // The calling thread's stack as a site id (0: none could be had).
 std::uint32_t capture_site(ThreadLocal& t) {
   std::uint32_t site = 0;
+  // Inside a malloc that succeeds: errno as it was (libunwind's check of
+  // an address drains a pipe until read() fails with EAGAIN).
+  const int saved_errno = errno;
   // in_capture: kCaptureBusy from first to last (no nested capture), and
   // kCaptureCounted only while this capture is surely counted in
   // `capturing`: set after the count goes up, cleared before it goes down.
@@ -263,6 +267,7 @@ std::uint32_t capture_site(ThreadLocal& t) {
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t.in_capture = 0;
+  errno = saved_errno;
   return site;
 }
 
