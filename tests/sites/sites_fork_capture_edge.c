@@ -48,6 +48,7 @@ static int in_lt(uintptr_t a) { return a - lt_lo < lt_hi - lt_lo; }
 
 /* The third case: another thread's capture held in _dl_find_object. */
 static volatile sig_atomic_t hold_find, held, release_it;
+static __thread int releaser; /* main: lowtide's own threads sleep too */
 
 int _dl_find_object(void* pc, struct dl_find_object* r) {
   if (hold_find && in_lt((uintptr_t)__builtin_return_address(0))) {
@@ -65,7 +66,7 @@ int _dl_find_object(void* pc, struct dl_find_object* r) {
 
 int nanosleep(const struct timespec* req, struct timespec* rem) {
   ++sleeps;
-  release_it = 1;  /* a fork handler waits: the other thread's capture may end */
+  if (releaser) release_it = 1;  /* a fork handler waits: the other thread's capture may end */
   return (int)syscall(SYS_nanosleep, req, rem);
 }
 
@@ -263,8 +264,10 @@ int main(void) {
   while (!held) {
   }
   long before = sleeps;
+  releaser = 1;
   raise(SIGUSR2);
   at_start2();
+  releaser = 0;
   long waited = sleeps - before;
   release_it = 1;
   pthread_join(th, NULL);
