@@ -157,8 +157,10 @@ with tempfile.TemporaryDirectory(prefix="lowtide-bench-hr-") as tmp:
     with bench.HostReporting(par, 60000) as hr:
         check(param() == "x" and "not a number" in hr.note, "not a number: %s, %r" % (param(), hr.note))
     with bench.HostReporting(os.path.join(tmp, "absent"), 60000) as hr:
-        check("absent" in hr.note and not os.path.exists(os.path.join(tmp, "absent")),
-              "missing: nothing made, note %r" % hr.note)
+        check("absent" in hr.note and "present" in hr.note and not os.path.exists(os.path.join(tmp, "absent")),
+              "missing in a page_reporting directory: nothing made, note %r" % hr.note)
+    with bench.HostReporting(os.path.join(tmp, "no-such-dir", "min_free_ms"), 60000) as hr:
+        check("absent" in hr.note and "present" not in hr.note, "no page_reporting at all: note %r" % hr.note)
 
 # --- 3. end to end
 with tempfile.TemporaryDirectory(prefix="lowtide-bench-") as tmp:
