@@ -1088,10 +1088,18 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
 }
 }  // namespace
 
-long read_file(const char* path, char* buf, std::size_t cap) {
+namespace {
+// window_only: -1 without opening where no window of the scan gate came
+// within file_window_open's bound (a thread forking in a tight loop), where
+// read_file opens the file anyway.
+long read_file_in(const char* path, char* buf, std::size_t cap, bool window_only) {
   if (cap == 0) return -1;
   const int saved = errno;
   const bool gated = file_window_open();
+  if (!gated && window_only) {
+    errno = saved;
+    return -1;
+  }
   OwnFd o;
   if (!open_regular(path, &o)) {
     if (gated) scan_gate.close();
@@ -1109,18 +1117,25 @@ long read_file(const char* path, char* buf, std::size_t cap) {
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;
 }
+}  // namespace
+
+long read_file(const char* path, char* buf, std::size_t cap) { return read_file_in(path, buf, cap, false); }
 
 bool leader_gone(int pid, long* threads) {
   char path[48], buf[1024];
   // The leader's own stat, not the process's (/proc/self/stat), which sums
-  // every thread's times under the process's signal lock. read_file reads
-  // inside a window of the scan gate: no forked child gets the descriptor.
+  // every thread's times under the process's signal lock. Read only inside
+  // a window of the scan gate, never after the bound without one: the
+  // orphan check reads it once a second from lowtide's own threads, and a
+  // program thread forking in a tight loop for longer than the bound gave
+  // its child the descriptor (fork_scan_fds, once under the UBSan build);
+  // both callers take "cannot be read" as "not gone, count unknown".
   char* o = path;
   for (const char* t = "/proc/self/task/"; *t != '\0'; ++t) *o++ = *t;
   o = put_decimal(o, path + sizeof path - 8, static_cast<unsigned long>(pid));
   for (const char* t = "/stat"; *t != '\0'; ++t) *o++ = *t;
   *o = '\0';
-  if (read_file(path, buf, sizeof buf) <= 0) return false;
+  if (read_file_in(path, buf, sizeof buf, true) <= 0) return false;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. The state is field 3, the
   // number of threads field 20.

@@ -334,7 +334,8 @@ bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n)
 // Has the thread group's leader (the main thread) exited (pthread_exit:
 // a zombie until the whole group ends)? *threads: the threads the kernel
 // still counts, the zombie leader included. From the leader's
-// /proc/self/task/PID/stat (read_file); false where it cannot be read.
+// /proc/self/task/PID/stat, read only inside a window of the fork gate
+// (never after its bound without one); false where it cannot be read.
 bool leader_gone(int pid, long* threads);
 
 // An fd lowtide opened for itself, from a thread of its own (the decay and
