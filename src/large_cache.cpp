@@ -629,7 +629,18 @@ void ReuseCache::measure_entries() {
     if (entries_[i].res == kUnmeasured) todo[k++] = entries_[i];
   unlock();
   if (k == 0) return;
-  for (int j = 0; j < k; ++j) todo[j].res = deps_.resident(arena_.addr(todo[j].start), Extent::bytes_of(todo[j].n));
+  if (deps_.resident_many != nullptr) {
+    for (int j0 = 0; j0 < k; j0 += pal::kSpansMax) {
+      const int m = k - j0 < pal::kSpansMax ? k - j0 : pal::kSpansMax;
+      pal::Span spans[pal::kSpansMax];
+      std::size_t res[pal::kSpansMax];
+      for (int j = 0; j < m; ++j) spans[j] = {arena_.addr(todo[j0 + j].start), Extent::bytes_of(todo[j0 + j].n)};
+      deps_.resident_many(spans, m, res);
+      for (int j = 0; j < m; ++j) todo[j0 + j].res = res[j];
+    }
+  } else {
+    for (int j = 0; j < k; ++j) todo[j].res = deps_.resident(arena_.addr(todo[j].start), Extent::bytes_of(todo[j].n));
+  }
   const std::uint64_t now = deps_.now_ns();
   lock();
   for (int j = 0; j < k; ++j) {
@@ -761,7 +772,7 @@ void wake_decay() {
 
 constexpr Deps kProductionDeps{&pal::now_ns,       &pal::decommit,       &returned_to_os, &limit::cache_room,
                                &wake_decay,        &pal::drop_writable,  &pal::resident_bytes,
-                               &current_tid};
+                               &current_tid,       &pal::resident_bytes_many};
 }  // namespace
 
 constinit ReuseCache production_cache{large::space.arena, kProductionDeps};

@@ -20,6 +20,10 @@ namespace lowtide {
 
 class Arena;
 
+namespace pal {
+struct Span;  // platform.hpp
+}  // namespace pal
+
 namespace cache {
 
 // How long ago `then` was, seen at `now` (both CLOCK_MONOTONIC ns). purge()
@@ -63,6 +67,10 @@ struct Deps {
   // for its growth (ReuseCache::take). May be null: no rest is kept for
   // anyone, as before.
   std::uint32_t (*self)() = nullptr;
+  // The same as `resident` for n ranges at once (n <= pal::kSpansMax; one
+  // pagemap descriptor for all: pal::resident_bytes_many). May be null:
+  // `resident` is asked range by range.
+  void (*resident_many)(const pal::Span* spans, int n, std::size_t* out) = nullptr;
 };
 
 // The largest value recorded in this period and the one before (a period

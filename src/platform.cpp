@@ -552,48 +552,56 @@ static_assert(sizeof(PmScanArg) == 96 && sizeof(PageRegion) == 24, "PAGEMAP_SCAN
 constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
 constexpr std::uint64_t kPageIsPresent = 1u << 3;
 
+// The end of a span's range rounded up to a page.
+std::uintptr_t page_end(const Span& sp) {
+  return (reinterpret_cast<std::uintptr_t>(sp.p) + sp.len + kPageSize - 1) & ~(kPageSize - 1);
+}
+
 // Set once PAGEMAP_SCAN cannot be used here (a kernel before 6.7 answers
 // ENOTTY; no /proc, or a sandbox that refuses it): mincore from then on.
 std::atomic<bool> scan_missing{false};
 std::atomic<std::uint64_t> scan_answers{0};  // for tests (resident_scan_answers)
+std::atomic<std::uint64_t> scan_opens{0};    // for tests (resident_scan_opens)
 
 // A scan's descriptor is open only inside a window of this gate: a fork
 // in another thread while it was open would leave the child a descriptor
 // it never closes, to the parent's pagemap.
 constinit ForkGate scan_gate{.which = 1};
 
-// Resident bytes of [a, end) (page-aligned) by PAGEMAP_SCAN, while they
-// are sparse: the kernel returns the runs of present pages, so a sparse
-// block costs a walk of its page tables and a few runs, where mincore
-// writes a byte per page and, for each page not present, makes a call
-// (15 MiB written one page in 64: 5 against 12 us here; bench/many_large
-// measures every block it frees). But the scan costs more than mincore
-// per present page (15 MiB written in full: 26 against 5 us), so it stops
-// once it has found a sixteenth of the range's pages present (max_pages)
-// and *stopped says where: the caller counts the rest with mincore (15 MiB
-// written in full: 6 us in all, one page in 8: 10 against 12).
-// The descriptor:
+// The pagemap's filesystem, once one open has been checked to be procfs
+// (fstatfs): a later open on the same device needs no fstatfs of its own.
+std::atomic<unsigned long long> proc_dev{0};
+constexpr unsigned long long kNoDev = ~0ull;
+
+// A scan's descriptor, open for one or more ranges (scan_open, scan_range,
+// scan_close). How it is opened and why:
 // - /proc/thread-self, not /proc/self: /proc/self is the thread group's
 //   leader, and once the main thread has exited it has no mm, which
 //   kernels from 6.7 until "proc: fix the issue of proc_mem_open returning
 //   NULL" (2025) let a root process open and then oops on in the scan
 //   (syzbot f9238a0a31f9b5603fef). The calling thread always has its mm.
-// - Opened each time, not kept (open_for_query's reason: a program closing
-//   every descriptor it did not open; and a forked child's kept one would
-//   scan the parent). An open, the checks and a close cost ~1.5 us here.
-// - Its identity is checked (OwnFd) before each ioctl and before the
-//   close: a program thread that closes every descriptor and opens a file
-//   at the same number meanwhile must not have lowtide's ioctl sent to it,
-//   nor its file closed.
+// - Opened for each measure, not kept (open_for_query's reason: a program
+//   closing every descriptor it did not open; and a forked child's kept one
+//   would scan the parent). An open, its check and a close cost ~1.5 us
+//   here, so a batch of ranges (resident_bytes_many: the cache measures
+//   every entry freed since its last miss at once) shares one.
+// - Its identity is checked (OwnFd) before each ioctl but the first (the
+//   open's own fstat has just checked it) and before the close: a program
+//   thread that closes every descriptor and opens a file at the same
+//   number meanwhile must not have lowtide's ioctl sent to it, nor its
+//   file closed.
 // - Opened and closed by raw system calls: glibc's open and close are
 //   cancellation points, and a deferred cancel acted on inside malloc
 //   would unwind out of the cache with an extent taken (lowtide is built
 //   without exceptions: nothing would put it back).
-// - Inside a scan window (above).
-// false: not answered (the caller uses mincore for all of it).
-// Not inlined into resident_bytes, nor is resident_bytes_mincore: their
-// buffers (1.5 and 4 KiB) then never share one frame on a malloc's stack.
-[[gnu::noinline]] bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
+// - Inside a scan window (above), which scan_close closes.
+struct Scan {
+  OwnFd o;
+  bool fresh = false;  // checked since the last ioctl: no fstat before the next
+};
+
+// false: no descriptor (and no window held); the caller uses mincore.
+bool scan_open(Scan* sc) {
   if (scan_missing.load(std::memory_order_relaxed) || !scan_gate.open()) return false;
   static constexpr const char* kPagemap = "/proc/thread-self/pagemap";
   // O_NONBLOCK: a /proc that is not procfs (a chroot, a build sandbox) may
@@ -610,11 +618,12 @@ constinit ForkGate scan_gate{.which = 1};
   // /proc (not asked again), or a program thread's file at the number it
   // took over since the open (no ioctl is sent to it). Closed only where
   // the path still names what the descriptor holds (a stat, which cannot
-  // block).
+  // block). The filesystem's type is asked once per device.
   struct stat st;
   struct statfs sf;
   const bool fst = ::fstat(fd, &st) == 0;
-  if (!fst || !S_ISREG(st.st_mode) || ::fstatfs(fd, &sf) != 0 || sf.f_type != PROC_SUPER_MAGIC) {
+  const bool known = fst && static_cast<unsigned long long>(st.st_dev) == proc_dev.load(std::memory_order_relaxed);
+  if (!fst || !S_ISREG(st.st_mode) || (!known && (::fstatfs(fd, &sf) != 0 || sf.f_type != PROC_SUPER_MAGIC))) {
     struct stat ps;
     if (fst && ::fstatat(AT_FDCWD, kPagemap, &ps, AT_SYMLINK_NOFOLLOW) == 0 && ps.st_dev == st.st_dev &&
         ps.st_ino == st.st_ino)
@@ -623,10 +632,39 @@ constinit ForkGate scan_gate{.which = 1};
     scan_gate.close();
     return false;
   }
-  OwnFd o;
-  o.fd = fd;
-  o.dev = st.st_dev;
-  o.ino = st.st_ino;
+  if (!known) proc_dev.store(static_cast<unsigned long long>(st.st_dev), std::memory_order_relaxed);
+  scan_opens.fetch_add(1, std::memory_order_relaxed);
+  sc->o.fd = fd;
+  sc->o.dev = st.st_dev;
+  sc->o.ino = st.st_ino;
+  sc->fresh = true;
+  return true;
+}
+
+void scan_close(const Scan& sc) {
+  if (still_own(sc.o)) raw_close(sc.o.fd);
+  scan_gate.close();
+}
+
+// Resident bytes of [a, end) (page-aligned) by PAGEMAP_SCAN on an open
+// Scan, while they are sparse: the kernel returns the runs of present
+// pages, so a sparse block costs a walk of its page tables and a few runs,
+// where mincore writes a byte per page and, for each page not present,
+// makes a call (15 MiB written one page in 64: 5 against 12 us here;
+// bench/many_large measures every block it frees). But the scan costs more
+// than mincore per present page (15 MiB written in full: 26 against 5 us),
+// so it stops once it has found a sixteenth of the range's pages present
+// (max_pages) and *stopped says where: the caller counts the rest with
+// mincore (15 MiB written in full: 6 us in all, one page in 8: 10 against
+// 12).
+// false: not answered (the caller uses mincore for all of it); *usable
+// false as well where the descriptor must not be used again (no longer
+// ours, or the scan is off for good).
+// Not inlined into resident_bytes_many, nor is resident_bytes_mincore:
+// their buffers (1.5 and 4 KiB) then never share one frame on a malloc's
+// stack.
+[[gnu::noinline]] bool scan_range(Scan* sc, std::uintptr_t a, std::uintptr_t end, std::size_t* bytes,
+                                  std::uintptr_t* stopped, bool* usable) {
   // 64 runs (1.5 KiB of stack) a call. Zeroed once: valgrind does not
   // know this ioctl, so it would take what the kernel writes there for
   // uninitialised memory (the unit tests run under it).
@@ -635,10 +673,12 @@ constinit ForkGate scan_gate{.which = 1};
   std::uint64_t found = 0;
   bool ok = true;
   while (a < end && found < limit) {
-    if (!still_own(o)) {
+    if (!sc->fresh && !still_own(sc->o)) {
       ok = false;
+      *usable = false;
       break;
     }
+    sc->fresh = false;
     PmScanArg q{};
     q.size = sizeof q;
     q.start = a;
@@ -648,26 +688,36 @@ constinit ForkGate scan_gate{.which = 1};
     q.max_pages = limit - found;
     q.category_mask = kPageIsPresent;  // only present pages are reported
     q.return_mask = kPageIsPresent;
-    const long n = ::ioctl(fd, kPagemapScan, &q);
+    const long n = ::ioctl(sc->o.fd, kPagemapScan, &q);
     // No progress would loop for ever: never seen, not relied on (and not
     // asked again). Any error but a transient one turns the scan off for
     // good (EBADF or ENOTTY where a program thread closed the number and
     // opened another file there in the instant between the check and the
     // ioctl, too: mincore then answers, as on an older kernel).
     if (n < 0 || q.walk_end <= a || q.walk_end > end) {
-      if (n >= 0 || (errno != EINTR && errno != ENOMEM && errno != EFAULT))
+      if (n >= 0 || (errno != EINTR && errno != ENOMEM && errno != EFAULT)) {
         scan_missing.store(true, std::memory_order_relaxed);
+        *usable = false;
+      }
       ok = false;
       break;
     }
     for (long i = 0; i < n; ++i) found += (runs[i].end - runs[i].start) / kPageSize;
     a = q.walk_end;
   }
-  if (still_own(o)) raw_close(fd);
-  scan_gate.close();
   *bytes = found * kPageSize;
   *stopped = a;
   if (ok) scan_answers.fetch_add(1, std::memory_order_relaxed);
+  return ok;
+}
+
+// One range on a descriptor of its own (resident_scan_works).
+bool scan_resident(std::uintptr_t a, std::uintptr_t end, std::size_t* bytes, std::uintptr_t* stopped) {
+  Scan sc;
+  if (!scan_open(&sc)) return false;
+  bool usable = true;
+  const bool ok = scan_range(&sc, a, end, bytes, stopped, &usable);
+  scan_close(sc);
   return ok;
 }
 }  // namespace
@@ -753,6 +803,7 @@ void fork_window_close() { scan_gate.close(); }
 int scans_open_now() { return scan_gate.windows.load(std::memory_order_seq_cst); }
 
 std::uint64_t resident_scan_answers() { return scan_answers.load(std::memory_order_relaxed); }
+std::uint64_t resident_scan_opens() { return scan_opens.load(std::memory_order_relaxed); }
 
 bool resident_scan_works() {
   const int saved = errno;
@@ -820,16 +871,37 @@ bool resident_scan_works() {
   return pages * kPageSize;
 }
 
-std::size_t resident_bytes(const void* p, std::size_t len) {
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) & ~(kPageSize - 1);
-  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(p) + len + kPageSize - 1) & ~(kPageSize - 1);
+void resident_bytes_many(const Span* spans, int n, std::size_t* out) {
   const int saved = errno;
-  std::size_t bytes = 0;
-  std::uintptr_t stopped = a;
-  const bool ok = scan_resident(a, end, &bytes, &stopped);
+  // Where each range's scan stopped (its start: not scanned at all); the
+  // rest is counted by mincore once the descriptor is closed, so that the
+  // window a fork waits out is the scan's alone.
+  std::uintptr_t stopped[kSpansMax];
+  if (n > kSpansMax) n = kSpansMax;
+  Scan sc;
+  bool usable = scan_open(&sc);
+  const bool opened = usable;
+  for (int i = 0; i < n; ++i) {
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(spans[i].p) & ~(kPageSize - 1);
+    out[i] = 0;
+    stopped[i] = a;
+    if (usable && !scan_range(&sc, a, page_end(spans[i]), &out[i], &stopped[i], &usable)) {
+      out[i] = 0;
+      stopped[i] = a;
+    }
+  }
+  if (opened) scan_close(sc);
   errno = saved;
-  if (!ok) return resident_bytes_mincore(p, len);
-  if (stopped < end) bytes += resident_bytes_mincore(reinterpret_cast<const void*>(stopped), end - stopped);
+  for (int i = 0; i < n; ++i) {
+    const std::uintptr_t end = page_end(spans[i]);
+    if (stopped[i] < end) out[i] += resident_bytes_mincore(reinterpret_cast<const void*>(stopped[i]), end - stopped[i]);
+  }
+}
+
+std::size_t resident_bytes(const void* p, std::size_t len) {
+  const Span one{p, len};
+  std::size_t bytes = 0;
+  resident_bytes_many(&one, 1, &bytes);
   return bytes;
 }
 

@@ -187,6 +187,15 @@ void unmap(void* p, std::size_t len);
 // for the open, the task's exec_update_lock for reading), no lock of
 // lowtide's or the program's; not a cancellation point.
 std::size_t resident_bytes(const void* p, std::size_t len);
+// The same for each of n ranges (at most kSpansMax; out[i] for spans[i]),
+// with one pagemap descriptor for all of them: the reuse cache measures
+// the entries freed since its last miss at once.
+struct Span {
+  const void* p;
+  std::size_t len;
+};
+constexpr int kSpansMax = 32;
+void resident_bytes_many(const Span* spans, int n, std::size_t* out);
 // The same by mincore alone (the fallback; tests compare the two). A call
 // the kernel refuses for another reason than an unmapped part (EAGAIN
 // under memory pressure, a filter) counts its pages as resident: the
@@ -244,6 +253,8 @@ void fork_gates_init(int pid);
 // How many resident_bytes calls the scan has answered, and how many scans
 // hold a descriptor now (for tests).
 std::uint64_t resident_scan_answers();
+// Descriptors the scans have opened (for tests: a batch opens one).
+std::uint64_t resident_scan_opens();
 int scans_open_now();
 // fork's prepare and after handlers (init.cpp): a fork waits (ForkGate:
 // at most 2 s, on top of the large path's hole windows' 2) for other

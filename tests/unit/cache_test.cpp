@@ -8,6 +8,7 @@
 #include "arena.hpp"
 #include "test_arena.hpp"
 #include "large_cache.hpp"
+#include "platform.hpp"
 
 using lowtide::Arena;
 using lowtide::Extent;
@@ -878,6 +879,50 @@ TEST_CASE("cache: a miss counts cached blocks by their resident bytes, the fault
   CHECK(resident_calls == 4);
   CHECK(returned == 496 * G);
   CHECK(r.c.cached_bytes() == 0);
+  CHECK(r.c.check() == nullptr);
+}
+
+namespace {
+// Deps::resident_many's fake: the ranges of each call, counted (the same
+// bytes as fake_resident).
+int many_calls = 0, many_ranges = 0;
+void fake_resident_many(const lowtide::pal::Span* spans, int n, std::size_t* out) {
+  ++many_calls;
+  many_ranges += n;
+  for (int i = 0; i < n; ++i) out[i] = spans[i].len / G * fake_res_per_granule;
+}
+constexpr Deps kManyDeps{&fake_clock, &fake_decommit, &fake_returned, nullptr,
+                         nullptr,     nullptr,        &fake_resident, nullptr,
+                         &fake_resident_many};
+}  // namespace
+
+// Where Deps::resident_many is given, a miss measures every entry freed
+// since the last one in one call (one pagemap descriptor for all), in
+// batches of at most pal::kSpansMax, and never range by range.
+TEST_CASE("cache: a miss measures the entries not yet measured in one batch") {
+  Rig r(2048 * G, kDecay, kManyDeps);
+  resident_calls = many_calls = many_ranges = 0;
+  fake_res_per_granule = G / 64;
+  std::vector<Extent> held;
+  for (int i = 0; i < 3; ++i) held.push_back(r.used(160));
+  for (const Extent& e : held) REQUIRE(r.put(e));
+  r.c.evict_for(held[0].bytes());
+  CHECK(returned == 0);  // as above: sparse, all kept
+  CHECK(many_calls == 1);
+  CHECK(many_ranges == 3);
+  CHECK(resident_calls == 0);
+  // Measured once: the next miss asks nothing.
+  r.c.evict_for(held[0].bytes());
+  CHECK(many_calls == 1);
+  // More than a batch freed at once: two calls, each entry once.
+  const int more = lowtide::pal::kSpansMax + 5;
+  std::vector<Extent> small;
+  for (int i = 0; i < more; ++i) small.push_back(r.used(4));
+  for (const Extent& e : small) REQUIRE(r.put(e));
+  r.c.evict_for(held[0].bytes());
+  CHECK(many_calls == 3);
+  CHECK(many_ranges == 3 + more);
+  CHECK(resident_calls == 0);
   CHECK(r.c.check() == nullptr);
 }
 

@@ -189,6 +189,53 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   munmap(p + 3000 * page, (pages - 3000) * page);
 }
 
+// resident_bytes_many gives each range what resident_bytes gives it, with
+// one descriptor for the batch where the scan answers: sparse, dense (the
+// scan hands over to mincore), not page-aligned, and an unmapped hole (0)
+// between them; a batch longer than kSpansMax is cut to it.
+TEST_CASE("resident_bytes_many: each range's count, one descriptor for all") {
+  struct utsname u;
+  REQUIRE(uname(&u) == 0);
+  const bool scan = !pal::release_below(u.release, 6, 7) && pal::resident_scan_works();
+  const std::size_t page = 4096, pages = 2048;
+  auto* p = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  madvise(p, pages * page, MADV_NOHUGEPAGE);
+  for (std::size_t i = 0; i < 512; i += 64) p[i * page] = 1;    // sparse: 8 of 512
+  for (std::size_t i = 512; i < 768; ++i) p[i * page] = 1;      // dense: 256
+  for (std::size_t i = 1024; i < 1100; i += 3) p[i * page] = 1;  // every third
+  REQUIRE(munmap(p + 800 * page, 100 * page) == 0);             // a hole
+  const pal::Span spans[] = {{p, 512 * page},
+                             {p + 512 * page, 256 * page},
+                             {p + 1024 * page + 7, 76 * page - 9},
+                             {p + 800 * page, 100 * page},
+                             {p + 700 * page, 300 * page},  // dense end, the hole, the rest
+                             {p, 4 * page}};
+  const int n = sizeof spans / sizeof spans[0];
+  std::size_t want[n], got[n];
+  for (int i = 0; i < n; ++i) want[i] = pal::resident_bytes_mincore(spans[i].p, spans[i].len);
+  CHECK(want[0] == 8 * page);
+  CHECK(want[1] == 256 * page);
+  CHECK(want[3] == 0);
+  CHECK(want[4] == 68 * page);
+  for (int i = 0; i < n; ++i) got[i] = ~std::size_t{0};
+  const std::uint64_t opens = pal::resident_scan_opens(), answers = pal::resident_scan_answers();
+  pal::resident_bytes_many(spans, n, got);
+  for (int i = 0; i < n; ++i) CHECK(got[i] == want[i]);
+  CHECK(pal::resident_scan_opens() == opens + (scan ? 1 : 0));
+  CHECK(pal::resident_scan_answers() == answers + (scan ? n : 0));
+  CHECK(pal::scans_open_now() == 0);
+  // Past kSpansMax: the first kSpansMax are answered, the rest not written.
+  std::vector<pal::Span> many(pal::kSpansMax + 3, pal::Span{p, 512 * page});
+  std::vector<std::size_t> out(many.size(), 1);
+  pal::resident_bytes_many(many.data(), static_cast<int>(many.size()), out.data());
+  for (int i = 0; i < pal::kSpansMax; ++i) CHECK(out[static_cast<std::size_t>(i)] == 8 * page);
+  for (std::size_t i = pal::kSpansMax; i < many.size(); ++i) CHECK(out[i] == 1);
+  munmap(p, 800 * page);
+  munmap(p + 900 * page, (pages - 900) * page);
+}
+
 // fork's prepare handler waits for the windows other threads hold, and
 // not for its own thread's (a fork from a signal handler that interrupted
 // one: waiting could only run out the bound). Until 2026-12-06 it waited
