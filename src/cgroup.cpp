@@ -79,10 +79,13 @@ int fields(const char* s, const char* e, const char** start, const char** end, i
 }
 
 // Read one limit file into *limit (lowered). true if the file said anything
-// usable (a number or no limit).
-bool read_value(const char* path, std::uint64_t* limit) {
+// usable (a number or no limit); *refused set where it was not read for
+// want of a window (pal::kNoWindow).
+bool read_value(const char* path, std::uint64_t* limit, bool* refused) {
   char buf[64];
-  if (pal::read_file(path, buf, sizeof buf) <= 0) return false;
+  const long got = pal::read_file(path, buf, sizeof buf);
+  if (got == pal::kNoWindow) *refused = true;
+  if (got <= 0) return false;
   std::uint64_t v = 0;
   switch (parse_value(buf, &v)) {
     case Value::bytes: *limit = lower(*limit, v == 0 ? 1 : v); return true;  // 0 bytes is a limit, not "none"
@@ -236,7 +239,9 @@ bool place(const char* root, bool v2, const char* own, const char* mountinfo, Lo
 
 }  // namespace
 
-std::uint64_t read_limit(const Location& loc) {
+std::uint64_t read_limit(const Location& loc, bool* refused) {
+  bool no_window = false;
+  if (refused != nullptr) *refused = false;
   if (!loc.found) return 0;
   char path[Location::kPathMax + 32];
   std::size_t len = length(loc.dir);
@@ -253,8 +258,9 @@ std::uint64_t read_limit(const Location& loc) {
     const char* const* names = loc.v2 ? kV2 : kV1;
     for (int i = 0; i < (loc.v2 ? 2 : 1); ++i) {
       n = dir_len;
-      if (append(path, sizeof path, &n, names[i], length(names[i]))) read_value(path, &limit);
+      if (append(path, sizeof path, &n, names[i], length(names[i]))) read_value(path, &limit, &no_window);
     }
+    if (no_window && refused != nullptr) *refused = true;
     if (len <= loc.base_len) break;
     while (len > loc.base_len && loc.dir[len - 1] != '/') --len;  // up one level
     if (len > loc.base_len) --len;                                // the '/' itself

@@ -60,8 +60,10 @@ struct Location {
 // The limit the cgroup at loc sets: the lowest of memory.high and memory.max
 // (v2) or memory.limit_in_bytes (v1) over its directory and its ancestors up
 // to the mount point (a parent's limit binds its children). 0: none, or no
-// file readable.
-std::uint64_t read_limit(const Location& loc);
+// file readable. *refused (if not null) is set where a file was not read
+// for want of a fork-gate window (pal::kNoWindow): the answer is then not
+// to be believed, and a re-read keeps the limit it had.
+std::uint64_t read_limit(const Location& loc, bool* refused = nullptr);
 
 // Find the cgroup directories of this process under `root` ("/" for the
 // real system; a test's fake tree otherwise), the v2 hierarchy's and v1's

@@ -472,7 +472,9 @@ int trim(std::size_t pad) {
   // a fork child would inherit and spin on: not across a fork.
   limit::collect_guarded(&small::collect);
   std::size_t after = pal::rss_bytes();
-  return (cached != 0 || after < before) ? 1 : 0;
+  // (0: statm not read, pal::read_file: then only what the cache gave back
+  // counts.)
+  return (cached != 0 || (after != 0 && after < before)) ? 1 : 0;
 }
 
 // glibc's fields (malloc.c, int_mallinfo) in lowtide's terms: the small
@@ -575,7 +577,7 @@ std::size_t release_now() {
   // a fork child would inherit and spin on: not across a fork.
   limit::collect_guarded(&small::collect);
   std::size_t after = pal::rss_bytes();
-  return after < before ? before - after : 0;
+  return after != 0 && after < before ? before - after : 0;  // (0: not read)
 }
 
 }  // namespace lowtide::libc

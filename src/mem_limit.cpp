@@ -58,11 +58,17 @@ std::int64_t resident() {
          static_cast<std::int64_t>(large::space.mapped.load(std::memory_order_relaxed));
 }
 
+// A file not read for want of a fork-gate window (a program thread forking
+// in a tight loop) keeps the limit as it was: dropping it to "none" then
+// would let the cache fill up to its cap under a container's limit.
 void reread() {
-  std::uint64_t l = cgroup::read_limit(where_v2);
+  bool refused = false;
+  std::uint64_t l = cgroup::read_limit(where_v2, &refused);
+  if (refused) return;
   cgroup::Source s = cgroup::Source::cgroup_v2;
   if (l == 0) {
-    l = cgroup::read_limit(where_v1);
+    l = cgroup::read_limit(where_v1, &refused);
+    if (refused) return;
     s = l != 0 ? cgroup::Source::cgroup_v1 : cgroup::Source::none;
   }
   limit_bytes.store(l, std::memory_order_relaxed);

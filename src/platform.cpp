@@ -77,9 +77,12 @@ int overcommit() {
   int m = overcommit_mode.load(std::memory_order_relaxed);
   if (m < 0) {
     char buf[16];
-    m = read_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf) > 0 && buf[0] >= '0' && buf[0] <= '2'
-            ? buf[0] - '0'
-            : 0;
+    const long n = read_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf);
+    // Not read for want of a window (a fork storm in another thread): mode
+    // 2's way this time (commits by mprotect, free space PROT_NONE), right
+    // in every mode, and asked again next time.
+    if (n == kNoWindow) return 2;
+    m = n > 0 && buf[0] >= '0' && buf[0] <= '2' ? buf[0] - '0' : 0;
     overcommit_mode.store(m, std::memory_order_relaxed);
   }
   return m;
@@ -1092,8 +1095,15 @@ namespace {
 // meanwhile waits for the close, so no child keeps a copy of the
 // descriptor. While a fork is being prepared the window is waited for, at
 // most 10 ms (signal and exit paths read files too, and a handler may have
-// interrupted its own thread's fork): then the file is read without a
-// window, as before. true: a window is open (close it after the close).
+// interrupted its own thread's fork); then the file is not read at all
+// (read_file's kNoWindow). Until 2026-12-07 it was read without a window
+// after the 10 ms: a program thread forking in a tight loop for longer
+// (fork_scan_fds, reliability.md no. 85) then gave its child the
+// descriptor of whatever lowtide's threads read meanwhile (the memory
+// limit's statm, the cgroup's limit files). Every caller takes an unread
+// file as "unknown" and keeps what it knew (rss_bytes' callers, the
+// cgroup limit's re-read, overcommit's mode). true: a window is open
+// (close it after the close).
 bool file_window_open() {
   bool gated = scan_gate.open();
   for (const std::uint64_t until = gated ? 0 : now_ns() + 10'000'000; !gated && now_ns() < until;) {
@@ -1117,12 +1127,15 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
   for (std::size_t k = 0; k < n; ++k) values[k] = 0;
   *found = 0;
   const int saved = errno;
-  const bool gated = file_window_open();
+  if (!file_window_open()) {
+    errno = saved;
+    return false;
+  }
   OwnFd o;
   bool opened = open_regular(path, &o);
   if (!opened && fallback != nullptr && errno == ENOENT) opened = open_regular(fallback, &o);
   if (!opened) {
-    if (gated) scan_gate.close();
+    scan_gate.close();
     errno = saved;
     return false;
   }
@@ -1154,28 +1167,25 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
   }
   take_line();
   close_own(o);
-  if (gated) scan_gate.close();
+  scan_gate.close();
   errno = saved;
   return r == 0;
 }
 }  // namespace
 
-namespace {
-// window_only: -1 without opening where no window of the scan gate came
-// within file_window_open's bound (a thread forking in a tight loop), where
-// read_file opens the file anyway.
-long read_file_in(const char* path, char* buf, std::size_t cap, bool window_only) {
+long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;
   const int saved = errno;
-  const bool gated = file_window_open();
-  if (!gated && window_only) {
+  if (!file_window_open()) {
     errno = saved;
-    return -1;
+    buf[0] = '\0';
+    return kNoWindow;
   }
   OwnFd o;
   if (!open_regular(path, &o)) {
-    if (gated) scan_gate.close();
+    scan_gate.close();
     errno = saved;
+    buf[0] = '\0';
     return -1;
   }
   std::size_t got = 0;
@@ -1184,30 +1194,24 @@ long read_file_in(const char* path, char* buf, std::size_t cap, bool window_only
   // (close_own's check, made once.)
   const bool ours = still_own(o);
   if (ours) raw_close(o.fd);
-  if (gated) scan_gate.close();
+  scan_gate.close();
   errno = saved;
   buf[got] = '\0';
   return ours ? static_cast<long>(got) : -1;
 }
-}  // namespace
-
-long read_file(const char* path, char* buf, std::size_t cap) { return read_file_in(path, buf, cap, false); }
 
 bool leader_gone(int pid, long* threads) {
   char path[48], buf[1024];
   // The leader's own stat, not the process's (/proc/self/stat), which sums
-  // every thread's times under the process's signal lock. Read only inside
-  // a window of the scan gate, never after the bound without one: the
-  // orphan check reads it once a second from lowtide's own threads, and a
-  // program thread forking in a tight loop for longer than the bound gave
-  // its child the descriptor (fork_scan_fds, once under the UBSan build);
-  // both callers take "cannot be read" as "not gone, count unknown".
+  // every thread's times under the process's signal lock. Both callers
+  // take "cannot be read" (no window, read_file) as "not gone, count
+  // unknown".
   char* o = path;
   for (const char* t = "/proc/self/task/"; *t != '\0'; ++t) *o++ = *t;
   o = put_decimal(o, path + sizeof path - 8, static_cast<unsigned long>(pid));
   for (const char* t = "/stat"; *t != '\0'; ++t) *o++ = *t;
   *o = '\0';
-  if (read_file_in(path, buf, sizeof buf, true) <= 0) return false;
+  if (read_file(path, buf, sizeof buf) <= 0) return false;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. The state is field 3, the
   // number of threads field 20.

@@ -331,9 +331,12 @@ int write_stderr_within(const char* s, std::size_t n, std::uint64_t budget_ns);
 // reader was gone died of SIGPIPE (reliability.md no. 49).
 void write_stderr(const char* s, std::size_t n);
 // Read a whole small regular file (e.g. under /proc; never a FIFO or a
-// device, so it never blocks) into buf; returns bytes read or
-// -1. buf is NUL-terminated. The fd is checked (OwnFd) before each read
-// and before its close.
+// device, so it never blocks) into buf; returns bytes read, -1, or
+// kNoWindow where no window of the fork gate came within 10 ms (a fork
+// being prepared: the file is not opened, so no child can inherit its
+// descriptor). buf is NUL-terminated. The fd is checked (OwnFd) before
+// each read and before its close.
+constexpr long kNoWindow = -2;
 long read_file(const char* path, char* buf, std::size_t cap);
 // The first number on each of the /proc/self/status lines named keys[0..n)
 // ("VmRSS:"), into kib[i] (the file's unit), 0 where the line is missing.

@@ -14,6 +14,7 @@
 #include "cgroup.hpp"
 #include "mem_limit.hpp"
 #include "options.hpp"
+#include "platform.hpp"
 
 using namespace lowtide;
 using cgroup::Value;
@@ -145,6 +146,29 @@ TEST_CASE("cgroup: v2: the lower of memory.high and memory.max over the cgroup a
   CHECK(t.discover().limit == 128 * MiB);
   t.write("/sys/fs/cgroup/app/memory.max", "lots\n");  // garbage: as if absent
   CHECK(t.discover().limit == 256 * MiB);
+}
+
+// While a fork is being prepared no file is opened (pal::kNoWindow): the
+// limit read then says so (refused), so that mem_limit's re-read keeps the
+// limit it had rather than take the 0 for "no limit". Read again after
+// the fork, the same files give the limit and no refusal.
+TEST_CASE("cgroup: a limit not read for want of a fork window is refused, not none") {
+  Tree t;
+  t.write("/proc/self/cgroup", "0::/app\n");
+  t.write("/proc/self/mountinfo", kMountinfoV2);
+  t.write("/sys/fs/cgroup/app/memory.max", "536870912\n");
+  static char scratch[64 << 10];
+  cgroup::Location v2, v1;
+  REQUIRE(cgroup::discover(t.root.c_str(), scratch, sizeof scratch, &v2, &v1).limit == 512 * MiB);
+  bool refused = true;
+  CHECK(cgroup::read_limit(v2, &refused) == 512 * MiB);
+  CHECK_FALSE(refused);
+  pal::fork_wait_scans();
+  CHECK(cgroup::read_limit(v2, &refused) == 0);
+  CHECK(refused);
+  pal::fork_scans_done(false);
+  CHECK(cgroup::read_limit(v2, &refused) == 512 * MiB);
+  CHECK_FALSE(refused);
 }
 
 TEST_CASE("cgroup: v1: memory.limit_in_bytes, unlimited ignored; v2 without a memory controller falls to v1") {

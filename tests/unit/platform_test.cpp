@@ -189,6 +189,29 @@ TEST_CASE("resident_bytes: PAGEMAP_SCAN and mincore count the same pages") {
   munmap(p + 3000 * page, (pages - 3000) * page);
 }
 
+// While a fork is being prepared (its handler's gate shut) the file reads
+// open nothing: read_file answers kNoWindow after its 10 ms, the status
+// fields and statm "not read" (rss_bytes 0, which its callers take as
+// unknown). Until 2026-12-07 they
+// opened the file anyway after the 10 ms.
+TEST_CASE("read_file: no file opened while a fork is being prepared") {
+  char buf[256];
+  REQUIRE(pal::read_file("/proc/self/statm", buf, sizeof buf) > 0);
+  REQUIRE(pal::rss_bytes() > 0);
+  static constexpr const char* kKeys[] = {"VmRSS:"};
+  std::uint64_t kib[1] = {0};
+  REQUIRE(pal::read_status_kib(kKeys, kib, 1));
+  pal::fork_wait_scans();
+  buf[0] = 'x';
+  CHECK(pal::read_file("/proc/self/statm", buf, sizeof buf) == pal::kNoWindow);
+  CHECK(buf[0] == '\0');
+  CHECK(pal::rss_bytes() == 0);
+  CHECK_FALSE(pal::read_status_kib(kKeys, kib, 1));
+  pal::fork_scans_done(false);
+  CHECK(pal::read_file("/proc/self/statm", buf, sizeof buf) > 0);
+  CHECK(pal::rss_bytes() > 0);
+}
+
 // resident_bytes_many gives each range what resident_bytes gives it, with
 // one descriptor for the batch where the scan answers: sparse, dense (the
 // scan hands over to mincore), not page-aligned, and an unmapped hole (0)
