@@ -22,3 +22,13 @@ static inline uint64_t large_reused(const char* test) {
   }
   return s.large_reused;
 }
+
+// 0 where exactly one large allocation was served from the reuse cache
+// since `before` (large_reused's value then); else says so and returns 1.
+static inline int served_from_cache(const char* test, uint64_t before) {
+  const uint64_t after = large_reused(test);
+  if (after == before + 1) return 0;
+  fprintf(stderr, "  the block was not served from the reuse cache (reused %llu -> %llu)\n",
+          (unsigned long long)before, (unsigned long long)after);
+  return 1;
+}

@@ -32,6 +32,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "fork_in_child.h"
+
 #if defined(__x86_64__)
 static volatile sig_atomic_t mode;  /* 1: end (step from strcmp), 2: start (step from main) */
 static volatile sig_atomic_t armed; /* strcmp raises SIGUSR2 */
@@ -178,23 +180,7 @@ static void* other(void* arg) {
   return NULL;
 }
 
-static int child_checks(const char* name) {
-  long before = sleeps;
-  pid_t p = fork();
-  if (p == 0) _exit(0);
-  long waited = sleeps - before;
-  int st = 0;
-  if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    fprintf(stderr, "FAIL: %s: the child's fork failed\n", name);
-    return 1;
-  }
-  if (waited != 0) {
-    fprintf(stderr, "FAIL: %s: a fork in the child made %ld waits (a capture still counted in flight)\n", name,
-            waited);
-    return 1;
-  }
-  return 0;
-}
+static int child_checks(const char* name) { return fork_in_child_ok(name, &sleeps); }
 
 static int finish(const char* name) {
   if (child < 0) {

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork_in_child.h"
+
 static volatile sig_atomic_t armed; /* 1: raise at _dl_find_object, 2: at strcmp */
 static volatile sig_atomic_t raised;
 static __thread long sleeps;        /* nanosleep calls on this thread */
@@ -102,20 +104,7 @@ __attribute__((noinline)) static void after(void) { keep = alloc(1 << 20); free(
 /* In the child the handler made: the interrupted capture has ended; a fork
  * from here waits for nothing, and captures still work. */
 static int child_checks(const char* mode) {
-  long before = sleeps;
-  pid_t p = fork();
-  if (p == 0) _exit(0);
-  long waited = sleeps - before;
-  int st = 0;
-  if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    fprintf(stderr, "FAIL: %s: the child's fork failed\n", mode);
-    return 1;
-  }
-  if (waited != 0) {
-    fprintf(stderr, "FAIL: %s: a fork in the child made %ld waits (a capture still counted in flight)\n", mode,
-            waited);
-    return 1;
-  }
+  if (fork_in_child_ok(mode, &sleeps) != 0) return 1;
   after();
   return 0;
 }
