@@ -2,7 +2,6 @@
 import glob
 import json
 import os
-import secrets
 import shlex
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import sysconfig
 import time
 
 from . import plot, preload, proctree, report_cmd, reports
+from .outfile import create_new, discard, put_in_place, write_new
 from .units import mib
 
 # Peer allocators as Debian ships them: (soname, package).
@@ -94,55 +94,10 @@ def run_env(name, lib, out):
     return env
 
 
-def create_new(out):
-    """A new file in the directory out: (binary file object, its name).
-    Made as lowtide makes its reports (docs/security.md): a name nobody can
-    predict, O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, then renamed over the
-    final name (put_in_place). --out may be a shared directory (/tmp/cmp,
-    made by someone else): opening DIR/glibc.out wrote through whatever
-    link that someone had planted there."""
-    while True:
-        tmp = os.path.join(out, ".lowtide-%s.tmp" % secrets.token_hex(8))
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except FileExistsError:
-            continue
-        return os.fdopen(fd, "wb"), tmp
-
-
-def put_in_place(tmp, out, name):
-    """Renames tmp over out/name (a link there is replaced, not followed);
-    removes tmp if that fails."""
-    try:
-        os.rename(tmp, os.path.join(out, name))
-    except OSError:
-        discard(tmp)
-        raise
-
-
-def discard(tmp):
-    try:
-        os.unlink(tmp)
-    except OSError:
-        pass
-
-
-def write_new(out, name, write):
-    """out/name made by create_new and put_in_place, its content written by
-    write(binary file object)."""
-    f, tmp = create_new(out)
-    try:
-        with f:
-            write(f)
-    except BaseException:
-        discard(tmp)
-        raise
-    put_in_place(tmp, out, name)
-
-
 def measure(command, env, out, name, interval):
     """Run command to its end, sampling its process tree's RSS. Its output
-    goes to out/NAME.out and .err (create_new: renamed into place at the end)."""
+    goes to out/NAME.out and .err (outfile.create_new: made as lowtide makes
+    its reports, docs/security.md, and renamed into place at the end)."""
     so, so_tmp = create_new(out)
     try:
         se, se_tmp = create_new(out)

@@ -19,6 +19,7 @@ import re
 import sys
 from xml.sax.saxutils import escape
 
+from . import outfile
 from .units import human
 
 NOT_SHOWN = "[sites not listed in the report]"
@@ -157,5 +158,8 @@ def title_of(reports, of):
 
 
 def write(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    """text to path, a name the user gave: outfile.write_path's rules (a
+    link there is not written through; /dev/stdout or a FIFO is written,
+    not replaced). A lone surrogate (a report's "\\udc80") is written as
+    its escape rather than ending the CLI in a UnicodeEncodeError."""
+    outfile.write_path(path, text.encode("utf-8", "backslashreplace"))

@@ -101,7 +101,7 @@ def write_flame(paths, flame_svg=None, collapsed_txt=None, of="peak"):
         try:
             flame.write(path, text())
         except OSError as e:
-            problems.append("cannot write %s: %s" % (path, e))
+            problems.append("cannot write %s: %s" % (path, e.strerror or e))
     return problems
 
 

@@ -12,8 +12,11 @@ stacks."""
 import glob
 import json
 import os
+import stat
+import subprocess
 import sys
 import tempfile
+import threading
 
 from tools_common import check, clean_env, finish, run
 
@@ -140,5 +143,105 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
         check(rc == 1 and "Traceback" not in err and "deep.json: not valid JSON" in err
               and "total over 1 process" in out, "%s: deep.json named, the rest merged: rc %d %r"
               % (args[:2], rc, err[-300:]))
+
+    # --flame/--collapsed at a name that is not a new or regular file
+    # (docs/security.md's rules, as for the library's reports). Before, the
+    # path was opened as given: a link there was written through.
+    def collapsed_to(path, *extra):
+        return run([launcher, "report", "--collapsed", path] + list(extra) + [files[0]], clean_env())
+
+    outdir = os.path.join(tmp, "out")
+    os.mkdir(outdir)
+    victim = os.path.join(tmp, "victim.txt")
+
+    def fresh_victim():
+        with open(victim, "w") as f:
+            f.write("precious\n")
+
+    def victim_kept():
+        with open(victim) as f:
+            return f.read() == "precious\n"
+
+    # A regular file there: replaced by a new file (renamed over it).
+    regular = os.path.join(outdir, "c.txt")
+    with open(regular, "w") as f:
+        f.write("old\n")
+    ino = os.stat(regular).st_ino
+    rc, out, err = collapsed_to(regular)
+    with open(regular) as f:
+        text = f.read()
+    check(rc == 0 and text != "old\n" and " " in text and os.stat(regular).st_ino != ino,
+          "a regular file replaced by a new one: rc %d %r" % (rc, err))
+    # Our own link to a regular file, and a dangling one: not followed.
+    fresh_victim()
+    link = os.path.join(outdir, "link.txt")
+    os.symlink(victim, link)
+    rc, out, err = collapsed_to(link)
+    check(rc == 1 and victim_kept() and os.path.islink(link) and "Traceback" not in err
+          and "cannot write %s: a symlink to a regular file" % link in err and "total over 1 process" in out,
+          "a link to a regular file: not written through: rc %d %r" % (rc, err[-300:]))
+    dangling = os.path.join(outdir, "dangling.txt")
+    os.symlink(os.path.join(tmp, "made-through-link"), dangling)
+    rc, out, err = collapsed_to(dangling)
+    check(rc == 1 and not os.path.exists(os.path.join(tmp, "made-through-link")) and "a symlink to nothing" in err,
+          "a dangling link: nothing made through it: rc %d %r" % (rc, err[-300:]))
+    # /dev/stdout (root's link to our stdout, a pipe here) and a FIFO of
+    # ours: written, never replaced.
+    rc, out, err = run([launcher, "report", "--collapsed", "/dev/stdout", files[0]], clean_env())
+    check(rc == 0 and any(line.rpartition(" ")[2].isdigit() and ";" in line for line in out.splitlines())
+          and os.path.islink("/dev/stdout"), "--collapsed /dev/stdout: the stacks printed: rc %d %r" % (rc, err))
+    fifo = os.path.join(outdir, "fifo")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
+    reader.start()
+    rc, out, err = collapsed_to(fifo)
+    reader.join(60)
+    check(rc == 0 and got and " " in got[0] and stat.S_ISFIFO(os.lstat(fifo).st_mode),
+          "a FIFO: written, still a FIFO: rc %d %r" % (rc, err))
+    # A lone surrogate in a frame's name (a hand-made "\udc80"): written as
+    # its escape (before: a UnicodeEncodeError traceback).
+    with open(files[0]) as f:
+        odd = json.load(f)
+    for site in odd["sites"]["top"]:
+        for fr in site["frames"][:1]:
+            fr["function"] = "fn\udc80"
+    odd_path, odd_txt = os.path.join(tmp, "surrogate.json"), os.path.join(outdir, "s.txt")
+    with open(odd_path, "w") as f:
+        json.dump(odd, f)
+    rc, out, err = run([launcher, "report", "--flame-of", "total", "--collapsed", odd_txt, odd_path], clean_env())
+    written = b""
+    if os.path.exists(odd_txt):
+        with open(odd_txt, "rb") as f:
+            written = f.read()
+    check(rc == 0 and "Traceback" not in err and b"fn\\udc80" in written,
+          "a lone surrogate in a frame: written escaped: rc %d %r" % (rc, err[-300:]))
+    rc, out, err = collapsed_to(outdir)
+    check(rc == 1 and "cannot write %s" % outdir in err and "Traceback" not in err, "a directory: refused: %r" % err)
+    check(not [n for n in os.listdir(outdir) if n.endswith(".tmp")], "no temporary file left: %s" % os.listdir(outdir))
+    if os.geteuid() == 0:
+        # Another user's link in a directory of theirs (not sticky: the
+        # kernel's protected_symlinks does not apply), as root.
+        fresh_victim()
+        shared = os.path.join(tmp, "shared")
+        os.mkdir(shared)
+        planted = os.path.join(shared, "peak.svg")
+        os.symlink(victim, planted)
+        os.lchown(planted, 65534, 65534)
+        os.chown(shared, 65534, 65534)
+        rc, out, err = run([launcher, "report", "--flame", planted, files[0]], clean_env())
+        check(rc == 1 and victim_kept() and os.path.islink(planted) and "a symlink of another user" in err,
+              "root: another user's link not followed: rc %d %r" % (rc, err[-300:]))
+        fifo2 = os.path.join(shared, "fifo")
+        os.mkfifo(fifo2)
+        os.chown(fifo2, 65534, 65534)
+        try:
+            rc, out, err = run([launcher, "report", "--flame", fifo2, files[0]], clean_env(), timeout=30)
+        except subprocess.TimeoutExpired:
+            rc, err = None, "opened it and waited for a reader"
+        check(rc == 1 and "a FIFO of another user" in err, "root: another user's FIFO not written: rc %s %r"
+              % (rc, err[-300:]))
+    else:
+        print("not root: another user's link and FIFO not tried")
 
 finish()
