@@ -83,7 +83,7 @@ def write_flame(paths, flame_svg=None, collapsed_txt=None, of="peak"):
     loaded = []
     for path in paths:
         try:
-            loaded.append(reports.load(path))
+            loaded.append(reports.usable(path))
         except (OSError, reports.BadReport):
             pass  # load_and_merge names it
     with_sites = [r for r in loaded if (r.get("sites") or {}).get("enabled")]

@@ -1,6 +1,7 @@
 """Reading lowtide's JSON reports (docs/report.md, schema_version 1) and
 merging several, one per process, into one summary."""
 import json
+import math
 
 SCHEMA = "lowtide-report"
 SCHEMA_VERSION = 1
@@ -23,6 +24,86 @@ class BadReport(ValueError):
     pass
 
 
+# The types of the fields the summary, the merge and the flame graph read:
+# (test, what the message says the field is not). A hand-made report of the
+# right schema with "pid": "x" ended in a TypeError traceback in the merge.
+def _int(v):
+    # Every count of the report is a 64-bit integer (docs/report.md): a
+    # larger one would not even convert to float for human().
+    return isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 64)
+
+
+INT = (_int, "a whole number")
+NUMBER = (lambda v: _int(v) or (isinstance(v, float) and math.isfinite(v)), "a number")
+STR = (lambda v: isinstance(v, str), "a string")
+BOOL = (lambda v: isinstance(v, bool), "true or false")
+ARRAY = (lambda v: isinstance(v, list), "an array")
+OBJECT = (lambda v: isinstance(v, dict), "an object")
+# process_row's fields; every value of the "large" object is an INT too.
+ROW_FIELDS = ([("pid", INT), ("command", STR), ("version", STR), ("uptime_s", NUMBER), ("partial", BOOL),
+               ("threads", ARRAY), ("process.peak_rss", INT), ("process.rss", INT), ("large", OBJECT),
+               ("large.live", INT), ("large.peak_live", INT)]
+              + [("totals.calls." + c, INT) for c in CALLS]
+              + [("totals.%s.%s" % (p, k), INT) for p in ("small", "large") for k in PATH_KEYS])
+
+
+def _shown(v):
+    t = repr(v)
+    return t if len(t) <= 40 else t[:37] + "..."
+
+
+def field(obj, name, want, path, where=""):
+    """obj[name] (name dotted: "totals.calls.malloc"), checked against want;
+    BadReport naming path and the field otherwise. where: obj's own name in
+    the report ("sites.top[3]")."""
+    v = obj
+    for k in name.split("."):
+        if not isinstance(v, dict) or k not in v:
+            raise BadReport("%s: field %s%s is missing" % (path, where, name))
+        v = v[k]
+    if not want[0](v):
+        raise BadReport("%s: field %s%s is %s, not %s" % (path, where, name, _shown(v), want[1]))
+    return v
+
+
+def check_fields(r, path):
+    """BadReport unless r has every field process_row reads, of its type."""
+    for name, want in ROW_FIELDS:
+        field(r, name, want, path)
+    for k in r["large"]:
+        field(r["large"], k, INT, path, "large.")
+
+
+def check_sites(r, path):
+    """BadReport unless r's call sites, if it has any, have every field the
+    merge, the summary's site lines and the flame graph read, of its type."""
+    if "sites" not in r:
+        return
+    sites = field(r, "sites", OBJECT, path)
+    if not sites.get("enabled"):
+        return
+    if "not_shown" in sites:
+        for k in ("bytes", "at_peak_bytes"):
+            if k in field(sites, "not_shown", OBJECT, path, "sites."):
+                field(sites, "not_shown." + k, INT, path, "sites.")
+    for i, site in enumerate(field(sites, "top", ARRAY, path, "sites.")):
+        where = "sites.top[%d]" % i
+        if not isinstance(site, dict):
+            raise BadReport("%s: field %s is %s, not an object" % (path, where, _shown(site)))
+        for k in SITE_SUMS + ("peak_live_bytes",) + (("at_peak_bytes",) if "at_peak_bytes" in site else ()):
+            field(site, k, INT, path, where + ".")
+        for j, f in enumerate(field(site, "frames", ARRAY, path, where + ".")):
+            w = "%s.frames[%d]." % (where, j)
+            field(f, "module", STR, path, w)
+            field(f, "offset", INT, path, w)
+            if f.get("function") is not None:
+                field(f, "function", STR, path, w)
+        for j, py in enumerate(field(site, "python", ARRAY, path, where + ".") if "python" in site else ()):
+            w = "%s.python[%d]." % (where, j)
+            for k, want in (("file", STR), ("line", INT), ("function", STR)):
+                field(py, k, want, path, w)
+
+
 def load(path):
     """The JSON report in path. A LOWTIDE_STATS=both file (text, then the
     JSON object) is read from its JSON line on."""
@@ -36,7 +117,8 @@ def load(path):
         raise BadReport("%s: no JSON report in it (was it written with LOWTIDE_STATS=json?)" % path)
     try:
         r = json.loads(text[start:])
-    except json.JSONDecodeError as e:
+    except ValueError as e:
+        # JSONDecodeError, or an integer of more than 4300 digits.
         raise BadReport("%s: not valid JSON (%s)" % (path, e)) from None
     except RecursionError:
         # Nested deeper than Python's recursion limit: no report of ours is.
@@ -50,7 +132,9 @@ def load(path):
 
 
 def process_row(r, path):
-    """The per-process numbers the summary shows, flat."""
+    """The per-process numbers the summary shows, flat (BadReport naming
+    a field that is missing or not of its type)."""
+    check_fields(r, path)
     t, lg, p = r["totals"], r["large"], r["process"]
     row = {"file": path, "pid": r["pid"], "command": r["command"], "version": r["version"],
            "uptime_s": r["uptime_s"], "partial": r["partial"], "threads": len(r["threads"]),
@@ -133,18 +217,33 @@ def merge_sites(reports):
     return sorted(merged.values(), key=lambda m: (-m["peak_live_bytes_sum"], -m["bytes"]))
 
 
+def usable(path):
+    """The report in path, its fields checked (check_fields, check_sites),
+    or BadReport/OSError."""
+    r = load(path)
+    check_fields(r, path)
+    check_sites(r, path)
+    return r
+
+
 def load_and_merge(paths):
-    """(rows, total, problems): problems lists files that could not be used.
+    """(rows, total, problems): problems lists files that could not be used
+    (and reports whose call sites are malformed: their row is kept).
     total["sites"] is merge_sites() of the usable reports."""
     rows, loaded, problems = [], [], []
     for path in paths:
         try:
             r = load(path)
             rows.append(process_row(r, path))
-            loaded.append(r)
         except (OSError, BadReport, KeyError, TypeError) as e:
             problems.append(str(e) if not isinstance(e, (KeyError, TypeError))
                             else "%s: missing or malformed field %s" % (path, e))
+            continue
+        try:
+            check_sites(r, path)
+            loaded.append(r)
+        except BadReport as e:
+            problems.append("%s; its call sites are left out" % e)
     rows.sort(key=lambda r: (r["pid"], r["file"]))
     total = merge(rows)
     try:

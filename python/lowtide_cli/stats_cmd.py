@@ -338,6 +338,10 @@ def _exchange(s, pid, timeout):
         doc = json.loads(data)
     except ValueError as e:
         raise LiveError("pid %d sent an answer that is not JSON (%s): %r" % (pid, e, data[:200]))
+    except RecursionError:
+        # Nested deeper than Python's recursion limit (json.loads recurses
+        # once per level): no answer of lowtide's is (it is 8 levels deep).
+        raise LiveError("pid %d sent JSON nested too deeply to be a lowtide-live answer" % pid) from None
     if not isinstance(doc, dict) or doc.get("schema") != "lowtide-live":
         raise LiveError("pid %d sent JSON that is not a lowtide-live answer" % pid)
     return doc

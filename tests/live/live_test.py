@@ -39,6 +39,9 @@ Cases (one meson test each):
              not the process's: refused
   bigans     the process itself answers with more than 64 MiB: the CLI
              stops reading there and says so
+  deepans    the process itself answers with JSON nested 100,000 levels
+             deep: `stats`, `stats --json` and `top` say so in one line,
+             exit 1 (a RecursionError traceback before)
   flood      (root) two flooders for 5 s: one as uid 65534 (every
              connection refused), one as our uid that connects and closes
              without a request: the lowtide-live thread's CPU time (utime +
@@ -580,6 +583,36 @@ def case_bigans(prog, launcher, tmp):
         os.waitpid(child, 0)
 
 
+def case_deepans(prog, launcher, tmp):
+    # The process itself answers with JSON nested deeper than Python's
+    # recursion limit: one line, exit 1, no traceback (before: a
+    # RecursionError traceback out of json.loads).
+    answer = b'{"schema": "lowtide-live", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(r)
+            ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            ls.bind(live_name(os.getpid()))  # its own name: pid and uid are right
+            ls.listen(8)
+            os.write(w, b"x")
+            serve_forever(ls, answer)
+        finally:
+            os._exit(1)
+    os.close(w)
+    try:
+        check(os.read(r, 1) == b"x", "the child listens")
+        for args in (["stats", str(child)], ["stats", str(child), "--json"], ["top", str(child), "--count", "1"]):
+            rc, out, err = cli(launcher, args)
+            check(rc == 1 and "Traceback" not in err and "nested too deeply" in err
+                  and len(err.strip().splitlines()) == 1 and "[[" not in out,
+                  "%s: exit %d, %r" % (" ".join(args), rc, err[-300:]))
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
+
 def case_escapes(prog, launcher, tmp):
     # The main thread's name is the executable's file name: a link to
     # live_prog with escape sequences in its name (comm keeps 15 bytes).
@@ -837,7 +870,7 @@ CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kil
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
          "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped,
-         "netns": case_netns, "nonutf8": case_nonutf8}
+         "netns": case_netns, "nonutf8": case_nonutf8, "deepans": case_deepans}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]

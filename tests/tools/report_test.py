@@ -12,6 +12,7 @@ stacks."""
 import glob
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -143,6 +144,59 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
         check(rc == 1 and "Traceback" not in err and "deep.json: not valid JSON" in err
               and "total over 1 process" in out, "%s: deep.json named, the rest merged: rc %d %r"
               % (args[:2], rc, err[-300:]))
+
+    # A report of the right schema with a field of the wrong type (a
+    # hand-made file): named on stderr with the field, skipped (or, for its
+    # call sites, its sites left out), the rest merged; no traceback (before:
+    # a TypeError or ValueError traceback in the merge or the summary).
+    with open(files[0]) as f:
+        good = json.load(f)
+
+    def merged_processes(args, out):
+        if "--json" in args:
+            try:
+                return json.loads(out)["total"]["processes"]
+            except ValueError:
+                return None
+        m = re.search(r"total over (\d+) process", out)
+        return int(m.group(1)) if m else None
+
+    site0 = "sites.top[0]."
+    bad_cases = [("pid", lambda r: r.update(pid="x"), "field pid is 'x', not a whole number"),
+                 ("command", lambda r: r.update(command=5), "field command is 5, not a string"),
+                 ("peak_rss", lambda r: r["process"].update(peak_rss="9"), "field process.peak_rss is '9'"),
+                 ("maps", lambda r: r["large"].update(maps=1.5), "field large.maps is 1.5, not a whole number"),
+                 ("calls", lambda r: r["totals"]["calls"].update(free=None), "field totals.calls.free is None"),
+                 ("huge", lambda r: r["process"].update(rss=10 ** 400), "field process.rss is 1000"),
+                 ("sites", lambda r: r.update(sites="x"), "field sites is 'x', not an object"),
+                 ("offset", lambda r: r["sites"]["top"][0]["frames"][0].update(offset="0x10"),
+                  "field %sframes[0].offset is '0x10'" % site0),
+                 ("line", lambda r: r["sites"]["top"][0].update(python=[{"file": "f.py", "line": "1",
+                                                                         "function": "f"}]),
+                  "field %spython[0].line is '1'" % site0),
+                 ("bytes", lambda r: r["sites"]["top"][0].update(bytes="x"), "field %sbytes is 'x'" % site0)]
+    for name, spoil, said in bad_cases:
+        r = json.loads(json.dumps(good))
+        r["pid"] = good["pid"] + 1  # not a pid the summary warns is in two files
+        spoil(r)
+        bad = os.path.join(tmp, "bad-%s.json" % name)
+        with open(bad, "w") as f:
+            json.dump(r, f)
+        # A report whose call sites are malformed keeps its row.
+        rows_kept = 2 if name in ("sites", "offset", "line", "bytes") else 1
+        for args in (["report"], ["report", "--json"], ["report", "--collapsed", os.path.join(tmp, "b.txt")]):
+            rc, out, err = run([launcher] + args + [files[0], bad], clean_env())
+            check(rc == 1 and "Traceback" not in err and ("bad-%s.json: %s" % (name, said)) in err
+                  and len(err.strip().splitlines()) == 1 and merged_processes(args, out) == rows_kept,
+                  "%s, %s: named in one line, the rest merged: rc %d %r" % (name, args[1:2], rc, err[-400:]))
+    # An integer of more than Python's 4300 digits: not valid JSON (before:
+    # a ValueError traceback).
+    digits = os.path.join(tmp, "digits.json")
+    with open(digits, "w") as f:
+        f.write(json.dumps(good).replace('"pid": %d' % good["pid"], '"pid": ' + "9" * 5000, 1))
+    rc, out, err = run([launcher, "report", files[0], digits], clean_env())
+    check(rc == 1 and "Traceback" not in err and "digits.json: not valid JSON" in err and "total over 1 process" in out,
+          "5000 digits: named, the rest merged: rc %d %r" % (rc, err[-300:]))
 
     # --flame/--collapsed at a name that is not a new or regular file
     # (docs/security.md's rules, as for the library's reports). Before, the
