@@ -28,15 +28,9 @@ from .units import printable
 
 SAMPLE_S = 0.05
 SHOWN = 8  # processes listed one by one; the rest summed up
-# The launcher's own variable (where the source tree's build is), not the library's.
-LAUNCHER_ONLY = ("LOWTIDE_BUILD_DIR",)
-# Set by a process under lowtide that reports, inherited by everything it
-# starts: a process that finds another pid there takes itself for that
-# one's child and writes no report of its own without %p in the name
-# (docs/report.md). The processes doctor starts own their reports (as
-# preload.lowtide_env's do): run from a shell under `lowtide run --stats`,
-# the probe otherwise wrote none and doctor said the library did not work.
-NOT_INHERITED = LAUNCHER_ONLY + ("LOWTIDE_OWNER_PID",)
+# Dropped from the environment of the processes doctor starts, as run's
+# and compare's (preload.lowtide_env) drop them.
+NOT_INHERITED = preload.NOT_INHERITED
 
 
 class Doctor:

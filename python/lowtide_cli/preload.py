@@ -4,6 +4,17 @@ import re
 import subprocess
 import sys
 
+# The launcher's own variable (where the source tree's build is), not the
+# library's: no command lowtide starts gets it (run, compare, doctor).
+LAUNCHER_ONLY = ("LOWTIDE_BUILD_DIR",)
+# Set by a process under lowtide that reports, inherited by everything it
+# starts: a process that finds another pid there takes itself for that
+# one's child and writes no report of its own without %p in the name
+# (docs/report.md). The processes the CLI starts own their reports: run
+# from a shell under `lowtide run --stats`, doctor's probe otherwise wrote
+# none and doctor said the library did not work.
+NOT_INHERITED = LAUNCHER_ONLY + ("LOWTIDE_OWNER_PID",)
+
 # /bin/true (or any small program) started under the library only to let
 # it read the settings: the library's own parser and ranges (src/options.cpp)
 # are the only definition of what a setting accepts.
@@ -59,13 +70,13 @@ def prepend_preload(lib, current):
 
 
 def lowtide_env(lib, base, cutoff=None, stats=None, stats_file=None):
-    """A copy of base with lowtide preloaded and the given settings.
+    """A copy of base with lowtide preloaded and the given settings, without
+    NOT_INHERITED: the command started here owns its report, even when this
+    launcher was itself started from a process under lowtide (whose marker
+    it inherits), and does not get the launcher's LOWTIDE_BUILD_DIR.
     Settings not given are left as base has them."""
-    env = dict(base)
+    env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
     env["LD_PRELOAD"] = prepend_preload(lib, env.get("LD_PRELOAD"))
-    # The command started here owns its report, even when this launcher was
-    # itself started from a process under lowtide (whose marker it inherits).
-    env.pop("LOWTIDE_OWNER_PID", None)
     if cutoff is not None:
         env["LOWTIDE_CUTOFF"] = cutoff
     if stats_file is not None:

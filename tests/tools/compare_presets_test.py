@@ -6,7 +6,8 @@ The tuned presets run the command with exactly their settings: under
 glibc-tuned GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 and no
 preload; under jemalloc-tuned LD_PRELOAD=libjemalloc.so.2 and
 MALLOC_CONF=background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0;
-the lowtide run has neither. The command prints its environment, so what
+the lowtide run has neither, and no run has the launcher's
+LOWTIDE_BUILD_DIR. The command prints its environment, so what
 each run got is read back from DIR/<allocator>.out. `compare --help` lists
 both presets with their settings, and an unknown name is refused."""
 import json
@@ -20,7 +21,9 @@ launcher, build = sys.argv[1], os.path.abspath(sys.argv[2])
 GLIBC = "glibc.malloc.mmap_threshold=131072"
 JEMALLOC = "background_thread:true,dirty_decay_ms:500,muzzy_decay_ms:0"
 KEYS = ("GLIBC_TUNABLES", "MALLOC_CONF", "LD_PRELOAD")
-PRINT_ENV = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % (KEYS,)
+# LOWTIDE_BUILD_DIR: the launcher's own, given to no run (compare passed it
+# on to lowtide's run).
+PRINT_ENV = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % (KEYS + ("LOWTIDE_BUILD_DIR",),)
 
 with tempfile.TemporaryDirectory(prefix="lowtide-presets-") as tmp:
     out = os.path.join(tmp, "cmp")
@@ -48,6 +51,8 @@ with tempfile.TemporaryDirectory(prefix="lowtide-presets-") as tmp:
     check(lt.get("GLIBC_TUNABLES") is None and lt.get("MALLOC_CONF") is None,
           "lowtide's run gets neither tunable: %r" % lt)
     check("liblowtide" in (lt.get("LD_PRELOAD") or ""), "lowtide's run preloads lowtide: %r" % lt)
+    check(all(r.get("LOWTIDE_BUILD_DIR") is None for r in (g, j, lt)),
+          "no run gets the launcher's LOWTIDE_BUILD_DIR: %r" % [g, j, lt])
     with open(os.path.join(out, "compare.md")) as f:
         md = f.read()
     for name in ("glibc-tuned", "jemalloc-tuned"):

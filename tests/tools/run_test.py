@@ -101,6 +101,9 @@ with tempfile.TemporaryDirectory(prefix="lowtide-run-") as tmp:
     check(got["env"].get("LOWTIDE_CUTOFF") == "512K" and got["env"].get("LOWTIDE_STATS") == "json"
           and got["env"].get("LOWTIDE_CACHE") == "0" and got["env"].get("LOWTIDE_OWNER_PID") == str(p.pid),
           "settings passed, others kept, inherited owner marker dropped: %r" % got["env"])
+    # The launcher's own variable is not the command's (doctor dropped it
+    # already; run passed it on).
+    check("LOWTIDE_BUILD_DIR" not in got["env"], "the launcher's LOWTIDE_BUILD_DIR dropped: %r" % got["env"])
     report = os.path.join(tmp, "r.%d.json" % p.pid)
     check(os.path.exists(report), "report %s written" % report)
     if os.path.exists(report):
