@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -1350,6 +1351,54 @@ void thread_name_self(char* out) {
     std::memcpy(out, buf, sizeof buf);
   }
   errno = saved;
+}
+
+namespace {
+
+// Bytes from p to the end of its page, at most n.
+std::size_t to_page_end(const void* p, std::size_t n) {
+  const std::size_t left = kPageSize - (reinterpret_cast<std::uintptr_t>(p) & (kPageSize - 1));
+  return left < n ? left : n;
+}
+
+}  // namespace
+
+bool read_own_memory(const void* src, void* dst, std::size_t n) {
+  if (n == 0) return true;
+  const int saved = errno;
+  iovec local{dst, n};
+  iovec remote{const_cast<void*>(src), n};
+  // The kernel copies page by page and stops at the first it cannot pin:
+  // a short count is a fault part-way.
+  const long got = ::syscall(SYS_process_vm_readv, static_cast<long>(::syscall(SYS_getpid)), &local, 1UL, &remote,
+                             1UL, 0UL);
+  errno = saved;
+  return got == static_cast<long>(n);
+}
+
+long read_own_string(const char* src, char* dst, std::size_t cap) {
+  std::size_t got = 0;
+  while (got < cap) {
+    const std::size_t piece = to_page_end(src + got, cap - got);
+    if (!read_own_memory(src + got, dst + got, piece)) return -1;
+    if (const void* nul = std::memchr(dst + got, '\0', piece); nul != nullptr)
+      return static_cast<long>(static_cast<const char*>(nul) - dst);
+    got += piece;
+  }
+  return -1;
+}
+
+int own_string_is(const char* src, const char* want) {
+  char buf[256];
+  const std::size_t need = std::strlen(want) + 1;  // the NUL too
+  for (std::size_t at = 0; at < need;) {
+    std::size_t piece = to_page_end(src + at, need - at);
+    if (piece > sizeof buf) piece = sizeof buf;
+    if (!read_own_memory(src + at, buf, piece)) return -1;
+    if (std::memcmp(buf, want + at, piece) != 0) return 0;
+    at += piece;
+  }
+  return 1;
 }
 
 ThreadState thread_state(int pid, int tid) {

@@ -428,6 +428,29 @@ void futex_wake(const std::uint32_t* word);
 // PR_SET_NAME set it) into out[16], NUL-terminated: one prctl(PR_GET_NAME),
 // no file to open. out is left as it was if the kernel refuses.
 void thread_name_self(char* out);
+// Copy n bytes of this process's own memory at src into dst without
+// faulting: process_vm_readv on the own pid answers EFAULT where a byte of
+// [src, src+n) is not mapped or not readable (a library another thread
+// dlclose'd meanwhile: its pages unmapped, its link_map and name freed)
+// where a plain read would raise SIGSEGV. false where not all n bytes
+// could be read, or where the call itself is refused (a seccomp filter's
+// ENOSYS or EPERM): the caller then does without what it wanted to read.
+// Pages are read as the kernel has them mapped (a PROT_NONE page is
+// refused, as a plain read would fault). No ptrace check applies within
+// the own thread group (Yama's ptrace_scope, a process that is not
+// dumpable: __ptrace_may_access answers yes first). Never allocates, takes
+// no lock of lowtide's or the program's (the kernel's mmap lock, for
+// reading); errno is left as it was.
+bool read_own_memory(const void* src, void* dst, std::size_t n);
+// The NUL-terminated string at src into dst[cap], by read_own_memory in
+// pieces that end at page boundaries (never a page the string does not
+// reach). Its length, or -1 where a byte could not be read or no NUL came
+// within cap bytes.
+long read_own_string(const char* src, char* dst, std::size_t cap);
+// Whether the NUL-terminated string at src is `want` (compared in pieces
+// of at most 256 bytes, as read_own_string reads): 1 it is, 0 it is not,
+// -1 a byte that had to be read to tell could not be.
+int own_string_is(const char* src, const char* want);
 // Has thread `tid` of process `pid` gone for good: the kernel has released
 // it, so it runs no more code and writes no more memory? tgkill with signal
 // 0 (nothing is sent). A tid the kernel has already handed to a new thread

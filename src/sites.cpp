@@ -1,6 +1,7 @@
 #include "sites.hpp"
 
 #include <cerrno>
+#include <cstddef>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -134,22 +135,53 @@ std::uint32_t find(std::uint64_t h) {
   return 0;
 }
 
+// A frame's object as _dl_find_object gave it, before mu was taken: the
+// loader's link_map is not read here (module_of reads it).
 struct Where {
-  std::uintptr_t bias;
-  const char* path;  // the loader's string: read under mu right after
+  const link_map* map;  // nullptr: none found
+  void* map_start;
 };
 
+// Under mu: room to copy one module path into before it is interned.
+constexpr std::size_t kPathMax = 4096;
+char* path_scratch = nullptr;
+
 // Under mu.
-std::uint32_t intern_module(const Where& w) {
+std::uint32_t intern_module(std::uintptr_t bias, const char* path) {
   for (std::uint32_t i = 0; i < nmodules; ++i)
-    if (modules[i].bias == w.bias && std::strcmp(strings + modules[i].path, w.path) == 0) return i;
-  std::size_t len = std::strlen(w.path);
+    if (modules[i].bias == bias && std::strcmp(strings + modules[i].path, path) == 0) return i;
+  std::size_t len = std::strlen(path);
   if (nmodules == kModules || strings_used + len + 1 > kStrings) return kNoModule;
-  std::memcpy(strings + strings_used, w.path, len + 1);
-  modules[nmodules] = {w.bias, static_cast<std::uint32_t>(strings_used)};
+  std::memcpy(strings + strings_used, path, len + 1);
+  modules[nmodules] = {bias, static_cast<std::uint32_t>(strings_used)};
   strings_used += len + 1;
   modules_view.store(nmodules + 1, std::memory_order_release);
   return nmodules++;
+}
+
+// Under mu: the module of the frame at `at`, whose object _dl_find_object
+// found as w. Another thread may have dlclose'd that object since, which
+// frees its link_map and its name: both are read with pal::read_own_memory,
+// which fails where a plain read would fault (and with every signal blocked
+// here, a fault would kill the process outright). kNoModule then: the frame
+// keeps its address only. The name is checked to be that object's still
+// after it was copied: dlclose takes the object out of _dl_find_object's
+// view before it frees the name.
+std::uint32_t module_of(const Where& w, std::uintptr_t at) {
+  link_map lm{};  // its head only: l_addr and l_name
+  static_assert(offsetof(link_map, l_name) == sizeof lm.l_addr);
+  if (!pal::read_own_memory(w.map, &lm, sizeof lm.l_addr + sizeof lm.l_name)) return kNoModule;
+  const char* path = unwind::exe_path();  // the executable's own name is ""
+  if (lm.l_name != nullptr) {
+    const long len = pal::read_own_string(lm.l_name, path_scratch, kPathMax);
+    if (len < 0) return kNoModule;
+    if (len > 0) path = path_scratch;
+  }
+  dl_find_object r;
+  if (::_dl_find_object(reinterpret_cast<void*>(at), &r) != 0 || r.dlfo_link_map != w.map ||
+      r.dlfo_map_start != w.map_start)
+    return kNoModule;
+  return intern_module(lm.l_addr, path);
 }
 
 std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const pyframes::Captured& py) {
@@ -157,11 +189,10 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
   // _dl_find_object takes no lock and never allocates.
   Where where[kMaxFrames];
   for (int i = 0; i < n; ++i) {
-    where[i] = {0, nullptr};
+    where[i] = {nullptr, nullptr};
     dl_find_object r;
     if (::_dl_find_object(reinterpret_cast<void*>(ips[i] - 1), &r) != 0 || r.dlfo_link_map == nullptr) continue;
-    const link_map* lm = r.dlfo_link_map;
-    where[i] = {lm->l_addr, (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path()};
+    where[i] = {r.dlfo_link_map, r.dlfo_map_start};
   }
   // No signal handler runs on this thread while it holds mu: one that
   // forks would wait in fork_prepare for the lock its own thread holds.
@@ -180,11 +211,18 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
       Site& s = table[at];
       s.first = frames_used;
       s.nframes = static_cast<std::uint32_t>(n);
+      Frame* mine = frames + frames_used;
       for (int i = 0; i < n; ++i) {
-        Frame& f = frames[frames_used + static_cast<std::uint32_t>(i)];
+        Frame& f = mine[i];
         f.ip = ips[i];
-        f.module = where[i].path != nullptr ? intern_module(where[i]) : kNoModule;
-        f.offset = f.module != kNoModule ? ips[i] - where[i].bias : ips[i];
+        f.module = kNoModule;
+        if (where[i].map != nullptr) {
+          // Frames in an object seen earlier in this stack take its answer.
+          int j = 0;
+          while (j < i && (where[j].map != where[i].map || where[j].map_start != where[i].map_start)) ++j;
+          f.module = j < i ? mine[j].module : module_of(where[i], ips[i] - 1);
+        }
+        f.offset = f.module != kNoModule ? ips[i] - modules[f.module].bias : ips[i];
       }
       frames_used += static_cast<std::uint32_t>(n);
       pyframes::store(at, py);  // before the hash is published
@@ -382,7 +420,8 @@ void start() {
   if (show == 0) return;
   interval_bytes = g.config.get(Opt::site_sample);
   std::size_t len = kSites * sizeof(Site) + kSites * sizeof(std::atomic<std::uint64_t>) +
-                    kFramePool * sizeof(Frame) + kModules * sizeof(Module) + kSites * sizeof(std::uint32_t) + kStrings;
+                    kFramePool * sizeof(Frame) + kModules * sizeof(Module) + kSites * sizeof(std::uint32_t) + kStrings +
+                    kPathMax;
   auto* m = static_cast<char*>(pal::map_lazy(len));
   if (m == nullptr) {
     log::warn("LOWTIDE_SITES: cannot map the site table; call sites are off");
@@ -394,6 +433,7 @@ void start() {
   modules = reinterpret_cast<Module*>(reinterpret_cast<char*>(frames) + kFramePool * sizeof(Frame));
   order = reinterpret_cast<std::uint32_t*>(modules + kModules);
   strings = reinterpret_cast<char*>(order + kSites);
+  path_scratch = strings + kStrings;
   if (!unwind::load()) return;
   symbolize::load();  // names for static functions and file:line, if libdw.so.1 is there
   pyframes::start(g.config.get(Opt::sites_python) == 0);

@@ -1,6 +1,7 @@
 #include "symbolize.hpp"
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "cxxrt.hpp"
+#include "platform.hpp"
 #include "unwind.hpp"
 
 namespace lowtide::symbolize {
@@ -90,39 +92,57 @@ int find_elf(Dwfl_Module*, void**, const char*, Dwarf_Addr, char**, Elf**) { ret
 
 const Dwfl_Callbacks callbacks = {find_elf, find_debuginfo, nullptr, &debuginfo_path};
 
-// The GNU build ID of a loaded object, read from its notes in memory (the
-// first PT_LOAD maps the ELF header and program headers, as every linker
-// lays them out; anything else is refused). Plain reads of mapped, readable
-// pages: no lock, no allocation.
-bool memory_build_id(const dl_find_object& r, const unsigned char** bits, std::size_t* len) {
+// The longest build ID compared (GNU ld's are 20 bytes, 16 with md5 or
+// uuid, 8 with xxhash); an object with a longer one is not named by libdw.
+constexpr std::size_t kMaxBuildId = 64;
+
+// The GNU build ID of a loaded object (load bias `bias`), read from its
+// notes in memory (the first PT_LOAD maps the ELF header and program
+// headers, as every linker lays them out; anything else is refused) into
+// bits[kMaxBuildId]. Every byte through pal::read_own_memory: another thread
+// may dlclose the object after _dl_find_object found it, and its pages are
+// then gone (a plain read would kill the process with SIGSEGV). false where
+// something could not be read or is not as expected; true with *len 0 for
+// an object without a build ID. No lock, no allocation.
+bool memory_build_id(const dl_find_object& r, std::uintptr_t bias, unsigned char* bits, std::size_t* len) {
   auto lo = reinterpret_cast<std::uintptr_t>(r.dlfo_map_start);
   auto hi = reinterpret_cast<std::uintptr_t>(r.dlfo_map_end);
-  if (hi - lo < sizeof(ElfW(Ehdr))) return false;
-  const auto* eh = reinterpret_cast<const ElfW(Ehdr)*>(lo);
-  if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) return false;
-  if (eh->e_phoff > hi - lo || eh->e_phnum > (hi - lo - eh->e_phoff) / sizeof(ElfW(Phdr))) return false;
-  const auto* ph = reinterpret_cast<const ElfW(Phdr)*>(lo + eh->e_phoff);
-  const std::uintptr_t bias = r.dlfo_link_map->l_addr;
-  for (unsigned i = 0; i < eh->e_phnum; ++i) {
-    if (ph[i].p_type != PT_NOTE) continue;
-    std::uintptr_t p = bias + ph[i].p_vaddr, end = p + ph[i].p_memsz;
-    if (p < lo || end > hi || end < p) continue;
-    while (end - p >= sizeof(ElfW(Nhdr))) {
-      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
-      std::uintptr_t name = p + sizeof *n;
-      std::uintptr_t desc = name + ((n->n_namesz + 3u) & ~std::uintptr_t{3});
-      std::uintptr_t next = desc + ((n->n_descsz + 3u) & ~std::uintptr_t{3});
-      if (next > end || next <= p) break;
-      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(reinterpret_cast<const char*>(name), "GNU", 4) == 0) {
-        *bits = reinterpret_cast<const unsigned char*>(desc);
-        *len = n->n_descsz;
-        return true;
+  auto read = [](std::uintptr_t at, void* to, std::size_t n) {
+    return pal::read_own_memory(reinterpret_cast<const void*>(at), to, n);
+  };
+  *len = 0;
+  ElfW(Ehdr) eh;
+  if (hi - lo < sizeof eh || !read(lo, &eh, sizeof eh)) return false;
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_phentsize != sizeof(ElfW(Phdr))) return false;
+  if (eh.e_phoff > hi - lo || eh.e_phnum > (hi - lo - eh.e_phoff) / sizeof(ElfW(Phdr))) return false;
+  ElfW(Phdr) ph[16];  // read 16 at a time
+  for (unsigned first = 0; first < eh.e_phnum; first += 16) {
+    const unsigned k = eh.e_phnum - first < 16 ? eh.e_phnum - first : 16;
+    if (!read(lo + eh.e_phoff + first * sizeof ph[0], ph, k * sizeof ph[0])) return false;
+    for (unsigned i = 0; i < k; ++i) {
+      if (ph[i].p_type != PT_NOTE) continue;
+      std::uintptr_t p = bias + ph[i].p_vaddr, end = p + ph[i].p_memsz;
+      if (p < lo || end > hi || end < p) continue;
+      while (end - p >= sizeof(ElfW(Nhdr))) {
+        ElfW(Nhdr) n;
+        if (!read(p, &n, sizeof n)) return false;
+        std::uintptr_t name = p + sizeof n;
+        std::uintptr_t desc = name + ((n.n_namesz + 3u) & ~std::uintptr_t{3});
+        std::uintptr_t next = desc + ((n.n_descsz + 3u) & ~std::uintptr_t{3});
+        if (next > end || next <= p) break;
+        char gnu[4];
+        if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4) {
+          if (!read(name, gnu, sizeof gnu)) return false;
+          if (std::memcmp(gnu, "GNU", 4) == 0) {
+            if (n.n_descsz > kMaxBuildId || !read(desc, bits, n.n_descsz)) return false;
+            *len = n.n_descsz;
+            return true;
+          }
+        }
+        p = next;
       }
-      p = next;
     }
   }
-  *bits = nullptr;
-  *len = 0;
   return true;  // a valid object without a build ID
 }
 
@@ -133,13 +153,13 @@ bool memory_build_id(const dl_find_object& r, const unsigned char** bits, std::s
 Dwfl_Module* module_for(std::uint32_t i, const char* path, std::uintptr_t bias, const dl_find_object& r) {
   if (i < kCached && mod_state[i] != kUntried) return mod_state[i] == kReady ? mods[i] : nullptr;
   Dwfl_Module* m = nullptr;
-  const unsigned char* want = nullptr;
+  unsigned char want[kMaxBuildId];
   std::size_t want_len = 0;
   if (dwfl == nullptr && !dwfl_failed) {
     dwfl = dw.begin(&callbacks);
     dwfl_failed = dwfl == nullptr;
   }
-  if (dwfl != nullptr && memory_build_id(r, &want, &want_len)) {
+  if (dwfl != nullptr && memory_build_id(r, bias, want, &want_len)) {
     dw.report_begin_add(dwfl);
     m = dw.report_elf(dwfl, path, path, -1, bias, false);
     dw.report_end(dwfl, nullptr, nullptr);
@@ -324,9 +344,17 @@ void frame(const sites::Frame& f, bool demangle, Symbol* s) {
   std::uintptr_t at = f.ip - 1;
   dl_find_object r;
   if (::_dl_find_object(reinterpret_cast<void*>(at), &r) != 0 || r.dlfo_link_map == nullptr) return;
-  const link_map* lm = r.dlfo_link_map;
-  const char* now = (lm->l_name != nullptr && lm->l_name[0] != '\0') ? lm->l_name : unwind::exe_path();
-  if (lm->l_addr != m.bias || std::strcmp(now, m.path) != 0) return;
+  // Still the object the site was seen in (same bias, same path)? Its
+  // link_map and name are read with pal::read_own_memory, as its headers
+  // are by memory_build_id: another thread may dlclose it at any moment
+  // (freeing the first two, unmapping the rest), and a plain read would
+  // then kill the process. What cannot be read leaves module+offset.
+  link_map lm{};  // its head only: l_addr and l_name
+  static_assert(offsetof(link_map, l_name) == sizeof lm.l_addr);
+  if (!pal::read_own_memory(r.dlfo_link_map, &lm, sizeof lm.l_addr + sizeof lm.l_name) || lm.l_addr != m.bias) return;
+  char first = '\0';
+  if (lm.l_name != nullptr && !pal::read_own_memory(lm.l_name, &first, 1)) return;
+  if (first != '\0' ? pal::own_string_is(lm.l_name, m.path) != 1 : std::strcmp(unwind::exe_path(), m.path) != 0) return;
   if (from_libdw(f, at, m.path, m.bias, r, demangle, s)) return;
   // dladdr takes the loader's lock (dl_load_lock), which a thread inside
   // dlopen holds while a constructor runs: from a signal handler or _exit

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 #include <sys/mman.h>
@@ -357,4 +358,103 @@ TEST_CASE("resident_bytes: no scan while a fork is being prepared") {
   answers = pal::resident_scan_answers();
   CHECK(pal::resident_bytes(touched.data(), touched.size()) == want);
   CHECK(pal::resident_scan_answers() == answers + (scan ? 1 : 0));
+}
+
+// read_own_memory is how symbolize.cpp and sites.cpp read a loaded object's
+// headers, link_map and name, which another thread's dlclose may unmap or
+// free at any moment: a page that is gone or PROT_NONE must be a false
+// answer, never a SIGSEGV (a crash here fails the test run). errno kept.
+TEST_CASE("read_own_memory: readable bytes copied; unmapped and PROT_NONE pages refused, no fault") {
+  const std::size_t page = pal::kPageSize;
+  auto* m = static_cast<char*>(mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(static_cast<void*>(m) != MAP_FAILED);
+  for (std::size_t i = 0; i < 4 * page; ++i) m[i] = static_cast<char>('a' + i % 26);
+  char buf[64];
+  errno = 1234;
+  REQUIRE(pal::read_own_memory(m + 10, buf, sizeof buf));  // process_vm_readv on the own pid works here
+  CHECK(std::memcmp(buf, m + 10, sizeof buf) == 0);
+  CHECK(pal::read_own_memory(m, buf, 0));
+  // Page 1 unmapped, page 2 PROT_NONE, pages 0 and 3 readable.
+  REQUIRE(munmap(m + page, page) == 0);
+  REQUIRE(mprotect(m + 2 * page, page, PROT_NONE) == 0);
+  CHECK_FALSE(pal::read_own_memory(m + page, buf, 8));
+  CHECK_FALSE(pal::read_own_memory(m + 2 * page + 100, buf, 8));
+  // A read that starts readable and runs into the hole is refused whole.
+  CHECK_FALSE(pal::read_own_memory(m + page - 4, buf, 8));
+  CHECK_FALSE(pal::read_own_memory(m + 3 * page - 4, buf, 8));
+  CHECK(pal::read_own_memory(m + 3 * page, buf, 8));
+  CHECK(pal::read_own_memory(m + page - 8, buf, 8));
+  CHECK(pal::read_own_memory(nullptr, buf, 8) == false);
+  CHECK(errno == 1234);
+
+  // Strings: a NUL before the page's end is found without touching the hole
+  // after it; one that runs into the hole, or past cap, is refused.
+  std::memcpy(m + page - 6, "hello", 6);
+  char s[32];
+  CHECK(pal::read_own_string(m + page - 6, s, sizeof s) == 5);
+  CHECK(std::string(s) == "hello");
+  CHECK(pal::own_string_is(m + page - 6, "hello") == 1);
+  CHECK(pal::own_string_is(m + page - 6, "help") == 0);
+  CHECK(pal::own_string_is(m + page - 6, "hell") == 0);
+  CHECK(pal::own_string_is(m + page - 6, "hello world") == 0);  // differs at the NUL: the hole is not read
+  m[page - 1] = 'x';  // no NUL before the hole
+  CHECK(pal::read_own_string(m + page - 6, s, sizeof s) == -1);
+  CHECK(pal::own_string_is(m + page - 6, "hellox") == -1);
+  CHECK(pal::read_own_string(m + 2 * page, s, sizeof s) == -1);
+  CHECK(pal::own_string_is(m + 2 * page, "x") == -1);
+  // A string across a page boundary, read in two pieces.
+  auto* n = static_cast<char*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(static_cast<void*>(n) != MAP_FAILED);
+  std::memset(n, 'q', 2 * page);
+  std::memcpy(n + page - 3, "abc", 3);
+  std::memcpy(n + page, "defg", 5);
+  CHECK(pal::read_own_string(n + page - 3, s, sizeof s) == 7);
+  CHECK(std::string(s) == "abcdefg");
+  CHECK(pal::own_string_is(n + page - 3, "abcdefg") == 1);
+  CHECK(pal::read_own_string(n + page - 3, s, 7) == -1);  // no room for the NUL
+  CHECK(pal::read_own_string(n + page - 3, s, 8) == 7);
+  CHECK(errno == 1234);
+  munmap(n, 2 * page);
+  munmap(m, page);
+  munmap(m + 2 * page, 2 * page);
+}
+
+// The race itself, bounded: one thread maps and unmaps a page in a loop
+// while this one reads it through read_own_memory. Every read either
+// copies the page's bytes or is refused; none faults.
+TEST_CASE("read_own_memory: a page unmapped by another thread while it is read") {
+  const std::size_t page = pal::kPageSize;
+  char* const at = static_cast<char*>(mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(static_cast<void*>(at) != MAP_FAILED);  // not as a char* (Catch would print it)
+  REQUIRE(munmap(at, page) == 0);  // a hole whose address the other thread maps and unmaps
+  std::atomic<bool> stop{false};
+  std::atomic<long> cycles{0};
+  std::thread flip([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      void* p = mmap(at, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (p != at) {
+        if (p != MAP_FAILED) munmap(p, page);
+        continue;
+      }
+      std::memset(at, 'z', page);
+      munmap(at, page);
+      cycles.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  long ok = 0, refused = 0;
+  char buf[256];
+  for (int i = 0; i < 200000 && (cycles.load(std::memory_order_relaxed) < 2000 || ok == 0 || refused == 0); ++i) {
+    if (pal::read_own_memory(at + 512, buf, sizeof buf)) {
+      ++ok;
+      // A fresh page is zeros until the other thread fills it.
+      CHECK((buf[0] == 'z' || buf[0] == '\0'));
+    } else {
+      ++refused;
+    }
+  }
+  stop.store(true);
+  flip.join();
+  INFO("copied " << ok << ", refused " << refused << ", map/unmap cycles " << cycles.load());
+  CHECK(refused > 0);
+  CHECK(cycles.load() > 0);
 }
