@@ -74,20 +74,23 @@ std::atomic<int> overcommit_mode{-1};
 // RAM + swap in pages, as of the last sysinfo().
 std::atomic<unsigned long long> ram_swap_pages{0};
 
+// The mode: 0, 1 or 2; -1 where it could not be read for want of a window
+// (a fork storm in another thread), not cached: asked again next time.
 int overcommit() {
   int m = overcommit_mode.load(std::memory_order_relaxed);
   if (m < 0) {
     char buf[16];
     const long n = read_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf);
-    // Not read for want of a window (a fork storm in another thread): mode
-    // 2's way this time (commits by mprotect, free space PROT_NONE), right
-    // in every mode, and asked again next time.
-    if (n == kNoWindow) return 2;
+    if (n == kNoWindow) return -1;
     m = n > 0 && buf[0] >= '0' && buf[0] <= '2' ? buf[0] - '0' : 0;
     overcommit_mode.store(m, std::memory_order_relaxed);
   }
   return m;
 }
+
+// Mode 2, or not known: commits go mode 2's way (by mprotect, free space
+// PROT_NONE), which is right in every mode.
+bool mode2_way(int mode) { return mode == 2 || mode < 0; }
 
 // RAM and swap in bytes, from one sysinfo(); false if it failed.
 bool read_ram_swap(unsigned long long* ram, unsigned long long* swap) {
@@ -119,8 +122,15 @@ std::uint64_t ram_bytes() {
 // check it would have made is made here. In the heuristic mode (0) the kernel
 // refuses one mapping larger than RAM + swap. In mode 2 it ignores
 // MAP_NORESERVE and accounts as usual; in mode 1 it refuses nothing.
-bool overcommit_refuses(std::size_t len) {
-  if (overcommit() != 0) return false;
+namespace {
+// Mode 1 refuses nothing, and mode 2 charges the commit whatever its flags.
+// A mode not known (overcommit's -1) is checked as the heuristic mode, the
+// default: taken for mode 2 it let through what mode 0 refuses, since
+// MAP_NORESERVE skips the kernel's check in every mode but 2 (mode 2's own
+// limit is lower but for an overcommit_ratio past 100; mode 1 alone would
+// grant it).
+bool refuses(int mode, std::size_t len) {
+  if (mode > 0) return false;
   unsigned long long pages = len / kPageSize;
   unsigned long long known = ram_swap_pages.load(std::memory_order_relaxed);
   // RAM and swap change (swapon, hotplug), but seldom by half: re-read only
@@ -131,8 +141,16 @@ bool overcommit_refuses(std::size_t len) {
   return pages > known;
 }
 
+}  // namespace
+
+void set_overcommit_for_test(int mode) { overcommit_mode.store(mode, std::memory_order_relaxed); }
+
+bool overcommit_refuses(std::size_t len) { return refuses(overcommit(), len); }
+
 Commit commit(void* p, std::size_t len) {
-  if (overcommit_refuses(len)) return Commit::over_limit;
+  // Asked once: a mode not read waited 10 ms for a window.
+  const int mode = overcommit();
+  if (refuses(mode, len)) return Commit::over_limit;
   const int saved = errno;
   // In mode 2 the commit is charged whatever the flags, and a kernel before
   // 6.12 (Debian 12's 6.1) unmaps the range before it checks the charge:
@@ -140,7 +158,7 @@ Commit commit(void* p, std::size_t len) {
   // another thread's mmap may take. mprotect charges without unmapping and
   // fails cleanly (ENOMEM). The merging MAP_NORESERVE buys is lost in mode 2
   // anyway (the kernel accounts every writable private mapping there).
-  if (overcommit() == 2) {
+  if (mode2_way(mode)) {
     if (sys_mprotect(p, len, PROT_READ | PROT_WRITE) != 0) return Commit::refused;  // or the map count
     // As below: a range left read-write by a decommit at the map count may
     // hold a write made after its free.
@@ -249,7 +267,7 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
 }
 
 bool drop_writable(void* p, std::size_t len) {
-  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
+  if (mode2_way(overcommit()) || locked_future.load(std::memory_order_relaxed) ||
       locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;
@@ -483,7 +501,7 @@ namespace {
 }  // namespace
 
 bool mremap_growth_ok() {
-  if (overcommit() == 2 || locked_future.load(std::memory_order_relaxed) ||
+  if (mode2_way(overcommit()) || locked_future.load(std::memory_order_relaxed) ||
       locked_some.load(std::memory_order_relaxed) || locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;

@@ -31,6 +31,9 @@ Commit commit(void* p, std::size_t len);
 // MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
 // does too.
 bool overcommit_refuses(std::size_t len);
+// Test hook: vm.overcommit_memory as if read (-1: not read yet, asked at
+// the next call).
+void set_overcommit_for_test(int mode);
 // Drop the pages of [p, p+len), which must be read-write, and make it
 // reserved PROT_NONE space again. Never leaves a hole another thread's mmap
 // could land in. Past vm.max_map_count the range may stay read-write (its

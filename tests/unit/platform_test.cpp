@@ -213,6 +213,28 @@ TEST_CASE("read_file: no file opened while a fork is being prepared") {
   CHECK(pal::rss_bytes() > 0);
 }
 
+// overcommit_refuses before vm.overcommit_memory was ever read, while a
+// fork is being prepared (read_file's kNoWindow): the mode is not known,
+// and a request larger than RAM + swap is refused as in the default
+// heuristic mode all the same. Taken for mode 2 ("the kernel checks"), it
+// was granted: lowtide maps with MAP_NORESERVE, which the kernel accounts
+// in mode 2 alone, so in mode 0 nothing refused it.
+TEST_CASE("overcommit_refuses: a mode not read for want of a fork window still refuses past RAM + swap") {
+  char buf[16];
+  REQUIRE(pal::read_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf) > 0);
+  if (buf[0] != '0') return;  // the heuristic mode's refusal is the one checked
+  const std::size_t huge = std::size_t{1} << 46;  // 64 TiB: more than RAM + swap
+  pal::set_overcommit_for_test(-1);
+  REQUIRE(pal::overcommit_refuses(huge));
+  pal::set_overcommit_for_test(-1);
+  pal::fork_wait_scans();
+  CHECK(pal::overcommit_refuses(huge));
+  CHECK_FALSE(pal::overcommit_refuses(std::size_t{1} << 20));
+  pal::fork_scans_done(false);
+  CHECK(pal::overcommit_refuses(huge));  // read now: mode 0
+  pal::set_overcommit_for_test(-1);
+}
+
 // resident_bytes_many gives each range what resident_bytes gives it, with
 // one descriptor for the batch where the scan answers: sparse, dense (the
 // scan hands over to mincore), not page-aligned, and an unmapped hole (0)
