@@ -1004,7 +1004,7 @@ std::atomic<bool> large_seen{false};
 // (as start_thread asks). Every signal blocked: the server inherits the mask.
 void start_deferred_live_locked() {
   if (!live_deferred.exchange(false) || !thread_started.load() ||
-      pal::sandbox_since_start() != pal::Sandbox::as_at_start)
+      pal::sandbox_since_start(true, true) != pal::Sandbox::as_at_start)
     return;
   sigset_t all, old;
   sigfillset(&all);
@@ -1029,8 +1029,12 @@ void start_thread(bool with_live) {
   // A seccomp filter the program installed since start may kill on the
   // clone3 a thread needs or the socket the live server needs
   // (pal::sandbox_since_start): neither is tried, as if no thread could
-  // be created.
-  const pal::Sandbox sandbox = pal::sandbox_since_start(with_live);
+  // be created. Read under start_mu, which fork's prepare handler takes
+  // once it has shut the file gate (forks_held): a fork begun meanwhile
+  // waits here, and the read, given no window, would take the status for
+  // unreadable (the cache turned off, a warning of a /proc that cannot be
+  // read).
+  const pal::Sandbox sandbox = pal::sandbox_since_start(with_live, true);
   // At a thread's exit (with_live false) only that thread's state is known:
   // a filter it installed on itself alone says nothing of the others, so
   // the start is left to a later exit or large allocation, nothing recorded.

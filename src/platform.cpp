@@ -1139,14 +1139,19 @@ bool file_window_open() {
 // with the process's groups, need not fit anywhere), the last line even
 // without its newline. Opened inside a file window (file_window_open);
 // where `path` is missing (ENOENT) and `fallback` is not null, `fallback`.
+// forks_held: the caller holds a lock fork's prepare handler takes after it
+// has shut the gate (sandbox_since_start's), so a fork being prepared waits
+// for the caller, and no window would come in the 10 ms: opened without
+// one then (no child can be made before the close).
 // false: not opened, or not read to its end (a read failed, the fd was
 // not ours any more). errno kept.
 bool status_fields(const char* path, const char* fallback, const char* const* keys, std::uint64_t* values,
-                   std::size_t n, unsigned* found) {
+                   std::size_t n, unsigned* found, bool forks_held) {
   for (std::size_t k = 0; k < n; ++k) values[k] = 0;
   *found = 0;
   const int saved = errno;
-  if (!file_window_open()) {
+  const bool gated = forks_held ? scan_gate.open() : file_window_open();
+  if (!gated && !forks_held) {
     errno = saved;
     return false;
   }
@@ -1154,7 +1159,7 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
   bool opened = open_regular(path, &o);
   if (!opened && fallback != nullptr && errno == ENOENT) opened = open_regular(fallback, &o);
   if (!opened) {
-    scan_gate.close();
+    if (gated) scan_gate.close();
     errno = saved;
     return false;
   }
@@ -1186,7 +1191,7 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
   }
   take_line();
   close_own(o);
-  scan_gate.close();
+  if (gated) scan_gate.close();
   errno = saved;
   return r == 0;
 }
@@ -1253,7 +1258,7 @@ bool leader_gone(int pid, long* threads) {
 
 bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n) {
   unsigned found = 0;
-  return status_fields("/proc/self/status", nullptr, keys, kib, n, &found);
+  return status_fields("/proc/self/status", nullptr, keys, kib, n, &found, false);
 }
 
 namespace {
@@ -1268,14 +1273,14 @@ struct SeccompState {
   bool has_filters = false;
 };
 std::atomic<const char*> status_path{nullptr};
-bool read_seccomp(SeccompState* out) {
+bool read_seccomp(SeccompState* out, bool forks_held) {
   const char* path = status_path.load(std::memory_order_relaxed);
   static constexpr const char* kKeys[] = {"Seccomp:", "Seccomp_filters:", "NoNewPrivs:"};
   std::uint64_t v[3];
   unsigned found = 0;
   // /proc/self/status before 3.17, which has no /proc/thread-self.
   const bool whole = status_fields(path != nullptr ? path : "/proc/thread-self/status",
-                                   path != nullptr ? nullptr : "/proc/self/status", kKeys, v, 3, &found);
+                                   path != nullptr ? nullptr : "/proc/self/status", kKeys, v, 3, &found, forks_held);
   out->mode = static_cast<long>(v[0]);
   out->filters = static_cast<long>(v[1]);
   out->has_filters = (found & 2u) != 0;
@@ -1293,18 +1298,18 @@ std::atomic<bool> filtered_latch{false};  // for good: no filter is ever taken a
 
 void note_sandbox_at_start() {
   SeccompState s;
-  if (!read_seccomp(&s)) return;
+  if (!read_seccomp(&s, false)) return;
   start_mode.store(s.mode, std::memory_order_relaxed);
   start_filters.store(s.filters, std::memory_order_relaxed);
   start_nnp.store(s.nnp, std::memory_order_relaxed);
   start_known.store(true, std::memory_order_release);
 }
 
-Sandbox sandbox_since_start(bool latch) {
+Sandbox sandbox_since_start(bool latch, bool forks_held) {
   if (filtered_latch.load(std::memory_order_relaxed)) return Sandbox::filtered;
   if (!start_known.load(std::memory_order_acquire)) return Sandbox::as_at_start;
   SeccompState s;
-  if (!read_seccomp(&s)) return Sandbox::unreadable;
+  if (!read_seccomp(&s, forks_held)) return Sandbox::unreadable;
   // A kernel that shows no count (before 5.9): a filter installed over one
   // from start leaves the mode at 2, but an unprivileged process must set
   // no_new_privs first (sshd does), so that going from 0 to 1 counts.

@@ -391,9 +391,13 @@ void close_own(const OwnFd& o);
 // the start state, not a change. Never allocates; reads in 256-byte
 // pieces. latch false: a `filtered` of this thread is not remembered for
 // the process (an exiting thread's filter may be its own alone).
+// forks_held: the caller holds a lock fork's prepare handler takes once it
+// has shut the file gate (the decay thread's start lock): the file is then
+// read even without a window of the gate (no child can be made before it
+// is closed), where otherwise a fork being prepared makes it `unreadable`.
 enum class Sandbox { as_at_start, filtered, unreadable };
 void note_sandbox_at_start();
-Sandbox sandbox_since_start(bool latch = true);
+Sandbox sandbox_since_start(bool latch = true, bool forks_held = false);
 // Test hook: the status file read instead of /proc/thread-self/status
 // (nullptr: that one again); forgets the start state and the latch.
 void set_status_path_for_test(const char* path);

@@ -235,6 +235,41 @@ TEST_CASE("overcommit_refuses: a mode not read for want of a fork window still r
   pal::set_overcommit_for_test(-1);
 }
 
+// The decay thread's start reads the status file under its start lock,
+// which fork's prepare handler takes after it has shut the file gate: a
+// fork begun meanwhile waits for that lock, so no window can come while
+// the start waits for one. The read goes ahead without one (forks_held:
+// no child can be made before the file is closed); it used to answer
+// "unreadable" after 10 ms, and the start then turned the cache off and
+// warned that /proc/thread-self/status could not be read.
+TEST_CASE("sandbox_since_start: read, not unreadable, while a fork waits for the caller's lock") {
+  using pal::Sandbox;
+  char dir[] = "/tmp/lt-pal-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string status = std::string(dir) + "/status";
+  const auto write_status = [&](const char* filters) {
+    FILE* f = std::fopen(status.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fprintf(f, "Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t%s\n", filters);
+    std::fclose(f);
+  };
+  write_status("1");
+  pal::set_status_path_for_test(status.c_str());
+  pal::note_sandbox_at_start();
+  pal::fork_wait_scans();
+  CHECK(pal::sandbox_since_start(false, true) == Sandbox::as_at_start);
+  write_status("2");
+  CHECK(pal::sandbox_since_start(false, true) == Sandbox::filtered);  // read: one more filter
+  CHECK(pal::sandbox_since_start(false) == Sandbox::unreadable);      // not held: not read, for now
+  CHECK(pal::scans_open_now() == 0);
+  pal::fork_scans_done(false);
+  CHECK(pal::sandbox_since_start(false) == Sandbox::filtered);
+  std::remove(status.c_str());
+  rmdir(dir);
+  pal::set_status_path_for_test(nullptr);
+  pal::note_sandbox_at_start();  // this process's own state again, for the tests after
+}
+
 // resident_bytes_many gives each range what resident_bytes gives it, with
 // one descriptor for the batch where the scan answers: sparse, dense (the
 // scan hands over to mincore), not page-aligned, and an unmapped hole (0)
