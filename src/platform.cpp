@@ -592,8 +592,9 @@ constinit ForkGate scan_gate{.which = 1};
 
 // The pagemap's filesystem, once one open has been checked to be procfs
 // (fstatfs): a later open on the same device needs no fstatfs of its own.
-std::atomic<unsigned long long> proc_dev{0};
+// kNoDev until then: no file's device matches it.
 constexpr unsigned long long kNoDev = ~0ull;
+std::atomic<unsigned long long> proc_dev{kNoDev};
 
 // A scan's descriptor, open for one or more ranges (scan_open, scan_range,
 // scan_close). How it is opened and why:

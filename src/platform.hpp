@@ -253,8 +253,9 @@ struct ForkGate {
 // The process the gates' counts are of, from lowtide's start (init.cpp).
 void fork_gates_init(int pid);
 
-// How many resident_bytes calls the scan has answered, and how many scans
-// hold a descriptor now (for tests).
+// How many ranges the scan has answered (resident_bytes counts one,
+// resident_bytes_many one per range), and how many scans hold a
+// descriptor now (for tests).
 std::uint64_t resident_scan_answers();
 // Descriptors the scans have opened (for tests: a batch opens one).
 std::uint64_t resident_scan_opens();
