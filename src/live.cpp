@@ -267,21 +267,27 @@ bool enter_fork_window(std::uint64_t within_ns = kWindowWait) {
 // fixed buffer (only this thread reads it). Opened by the platform layer
 // (pal::open_maps: no link, never blocking, a regular file only), then
 // moved high and checked before each read and the close (pal::OwnFd).
-// Opened, read and closed inside a window of the fork gate, the mappings'
-// ranges copied out, and their pages counted after the close: a fork
-// meanwhile waits only for the read, and no child inherits the fd.
+// Opened, read and closed inside a window of the fork gate (never without
+// one), the mappings' ranges copied out, and their pages counted after the
+// close: a fork meanwhile waits only for the read, and no child inherits
+// the fd.
 std::uint64_t small_resident() {
   static char buf[16 << 10];
   struct Range {
     std::uint64_t start, end;
   };
   static Range ranges[8192];  // 256 GiB of mimalloc's 32 MiB segments at least
+  // What the last answer counted: given again where no window came (a
+  // program thread forking in a tight loop), rather than open the file
+  // without one (a child of a fork then would keep the descriptor:
+  // reliability.md no. 86) or answer 0.
+  static std::uint64_t last = 0;
   std::size_t n = 0;
-  const bool gated = enter_fork_window();
+  if (!enter_fork_window()) return last;
   pal::OwnFd o;
   if (!pal::own(move_high(pal::open_maps()), &o)) {
     if (o.fd >= 0) ::close(o.fd);
-    if (gated) pal::fork_window_close();
+    pal::fork_window_close();
     return 0;
   }
   const int fd = o.fd;
@@ -307,10 +313,11 @@ std::uint64_t small_resident() {
     if (have == sizeof buf - 1) have = 0;  // a line longer than the buffer (a path): not ours
   }
   if (ours) pal::close_own(o);
-  if (gated) pal::fork_window_close();
+  pal::fork_window_close();
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < n; ++i)
     total += pal::resident_bytes(reinterpret_cast<const void*>(ranges[i].start), ranges[i].end - ranges[i].start);
+  last = total;
   return total;
 }
 
@@ -381,9 +388,14 @@ void measure(Breakdown* b) {
   b->small_resident = small_resident();
   // The kernel's own counters of resident pages (what ps and top show),
   // read last, right after the pages above were counted.
+  // Where the file is not read (no fork-gate window came: a program thread
+  // forking in a tight loop), the last answer's figures, not zeros (only
+  // the server's thread gets here).
   const char* const keys[] = {"VmRSS:", "RssAnon:", "RssFile:", "RssShmem:"};
+  static std::uint64_t last_kib[4];
   std::uint64_t kib[4];
-  pal::read_status_kib(keys, kib, 4);
+  if (pal::read_status_kib(keys, kib, 4)) std::memcpy(last_kib, kib, sizeof kib);
+  else std::memcpy(kib, last_kib, sizeof kib);
   b->rss = kib[0] * 1024;
   b->rss_anon = kib[1] * 1024;
   b->rss_file = kib[2] * 1024;
