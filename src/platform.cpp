@@ -1394,7 +1394,10 @@ bool read_own_memory(const void* src, void* dst, std::size_t n) {
   iovec remote{const_cast<void*>(src), n};
   // The kernel copies page by page and stops at the first it cannot pin:
   // a short count is a fault part-way.
-  const long got = ::syscall(SYS_process_vm_readv, static_cast<long>(::syscall(SYS_getpid)), &local, 1UL, &remote,
+  // Asked by this thread's own id, not getpid(): after the main thread's
+  // pthread_exit the thread group leader is a zombie without an mm, and the
+  // kernel answers ESRCH for its pid (every read refused).
+  const long got = ::syscall(SYS_process_vm_readv, static_cast<long>(::syscall(SYS_gettid)), &local, 1UL, &remote,
                              1UL, 0UL);
   errno = saved;
   return got == static_cast<long>(n);

@@ -437,7 +437,8 @@ void futex_wake(const std::uint32_t* word);
 // no file to open. out is left as it was if the kernel refuses.
 void thread_name_self(char* out);
 // Copy n bytes of this process's own memory at src into dst without
-// faulting: process_vm_readv on the own pid answers EFAULT where a byte of
+// faulting: process_vm_readv on the own thread's id (not getpid(): a
+// zombie leader after the main thread's pthread_exit has no mm) answers EFAULT where a byte of
 // [src, src+n) is not mapped or not readable (a library another thread
 // dlclose'd meanwhile: its pages unmapped, its link_map and name freed)
 // where a plain read would raise SIGSEGV. false where not all n bytes

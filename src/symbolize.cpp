@@ -364,8 +364,18 @@ void frame(const sites::Frame& f, bool demangle, Symbol* s) {
   if (t_no_loader) return;
   Dl_info info;
   if (::dladdr(reinterpret_cast<void*>(at), &info) == 0 || info.dli_sname == nullptr) return;
+  // dli_sname points into the object's string table, in its mapped pages:
+  // dladdr holds the loader's lock only while it runs, and a dlclose by
+  // another thread right after it returns unmaps them. Copied with
+  // pal::read_own_memory (a longer name: its head, left mangled as
+  // set_function leaves it); what cannot be read leaves module+offset.
+  char name[kMaxDemangle + 2];
+  if (pal::read_own_string(info.dli_sname, name, sizeof name) < 0) {
+    if (!pal::read_own_memory(info.dli_sname, name, sizeof name - 1)) return;
+    name[sizeof name - 1] = '\0';
+  }
   s->function_offset = f.ip - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
-  set_function(s, info.dli_sname, demangle);
+  set_function(s, name, demangle);
 }
 
 }  // namespace lowtide::symbolize

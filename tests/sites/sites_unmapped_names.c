@@ -19,7 +19,10 @@
  *           for the frame: a report's build-ID read then finds it gone;
  *   name:   the link_map given is a copy whose l_name points into a
  *           PROT_NONE page (the name freed and its page given back);
- *   map:    the link_map given is itself in a PROT_NONE page.
+ *   map:    the link_map given is itself in a PROT_NONE page;
+ *   sname:  as header (libdw cannot name the frame), and dladdr's answer
+ *           then names the symbol by a string in a PROT_NONE page (the
+ *           library dlclose'd right after dladdr returned).
  * Reports (on demand, so names come from libdw and dladdr) meet the three;
  * captures of new sites meet `name` and `map`. Each case must end with the
  * process alive, the report written, and the stand-in having been reached.
@@ -46,9 +49,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { kOff, kHeader, kName, kMap };
+enum { kOff, kHeader, kName, kMap, kSname };
 static volatile int mode;
 static long reached;                 /* stand-in answers given in the current case */
+static long snames_given;            /* dladdr answers given a name in the hole */
 static int header_gone;              /* the library's first page is PROT_NONE now */
 static uintptr_t lt_lo, lt_hi;       /* liblowtide's mapping */
 static uintptr_t lib_lo, lib_hi;     /* the target library's */
@@ -83,7 +87,7 @@ int _dl_find_object(void* pc, struct dl_find_object* r) {
       !from_lowtide(__builtin_return_address(0)))
     return rc;
   ++reached;
-  if (mode == kHeader) {
+  if (mode == kHeader || mode == kSname) {
     protect_header(PROT_NONE);
   } else if (mode == kName) {
     fake_map.l_addr = r->dlfo_link_map->l_addr;
@@ -101,7 +105,13 @@ int _dl_find_object(void* pc, struct dl_find_object* r) {
 int dladdr(const void* addr, Dl_info* info) {
   if (real_dladdr == NULL) find_real();
   if (header_gone) protect_header(lib_first_prot);
-  return real_dladdr(addr, info);
+  int rc = real_dladdr(addr, info);
+  if (rc != 0 && mode == kSname && info->dli_sname != NULL && (uintptr_t)addr - lib_lo < lib_hi - lib_lo &&
+      from_lowtide(__builtin_return_address(0))) {
+    ++snames_given;
+    info->dli_sname = hole + 300;
+  }
+  return rc;
 }
 
 static int first_load(struct dl_phdr_info* info, size_t size, void* data) {
@@ -131,6 +141,7 @@ static int (*write_report)(const char*, int);
 
 static int report_case(const char* what, int how, const char* path) {
   reached = 0;
+  snames_given = 0;
   mode = how;
   int rc = write_report(path, 3);
   mode = kOff;
@@ -141,6 +152,10 @@ static int report_case(const char* what, int how, const char* path) {
   }
   if (reached == 0) {
     fprintf(stderr, "FAIL: report, %s: lowtide never looked up the library's frames\n", what);
+    return 1;
+  }
+  if (how == kSname && snames_given == 0) {
+    fprintf(stderr, "FAIL: report, %s: lowtide never asked dladdr for the library's frames\n", what);
     return 1;
   }
   /* The library's frames are still listed, by the path recorded at capture. */
@@ -266,7 +281,8 @@ int main(int argc, char** argv) {
   }
 
   /* A third argument: `race`, or one case alone (capture-name,
-   * capture-map, report-header, report-name, report-map). */
+   * capture-map, report-header, report-sname, report-name,
+   * report-map). */
   const char* only = argc > 3 ? argv[3] : NULL;
   if (only != NULL && strcmp(only, "race") == 0) {
     dlclose(h);
@@ -290,6 +306,7 @@ int main(int argc, char** argv) {
     if (have_libdw) rc = report_case("headers unmapped", kHeader, argv[2]);
     else printf("report, headers unmapped: skipped (no libdw.so.1 loaded)\n");
   }
+  if (rc == 0 && RUN("report-sname")) rc = report_case("symbol name unmapped", kSname, argv[2]);
   if (rc == 0 && RUN("report-name")) rc = report_case("name unreadable", kName, argv[2]);
   if (rc == 0 && RUN("report-map")) rc = report_case("link_map unreadable", kMap, argv[2]);
   return rc;
