@@ -20,6 +20,7 @@
 #include "large_cache.hpp"
 #include "large_path.hpp"
 #include "large_space.hpp"
+#include "under_valgrind.hpp"
 #include "platform.hpp"
 #include "state.hpp"
 
@@ -238,13 +239,6 @@ void reclaim_lost(Arena& a, void* p, std::size_t len) {
   lowtide::large::space.lost.fetch_sub(len);
 }
 
-bool under_valgrind() {
-#if __has_include(<valgrind/memcheck.h>)
-  return RUNNING_ON_VALGRIND != 0;
-#else
-  return false;
-#endif
-}
 
 // What a mremap grew [p+from, p+to), for memcheck, which does not follow
 // mremap's growth (the kernel maps it zero-filled; memcheck calls it not

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "platform.hpp"
+#include "under_valgrind.hpp"
 
 using namespace lowtide;
 
@@ -516,7 +517,11 @@ TEST_CASE("read_own_memory: a page unmapped by another thread while it is read")
   flip.join();
   INFO("copied " << ok << ", refused " << refused << ", map/unmap cycles " << cycles.load());
   CHECK(refused > 0);
-  CHECK(cycles.load() > 0);
+  // valgrind runs one thread at a time: the other thread may not run at
+  // all in the reads' time (0 cycles in a scripts/test run), and then
+  // only the refusal is exercised.
+  if (under_valgrind() && cycles.load() == 0) WARN("valgrind ran no map/unmap cycle: only the refusal is exercised");
+  else CHECK(cycles.load() > 0);
 }
 
 // A program whose main thread has ended with pthread_exit: the thread group
