@@ -555,11 +555,10 @@ def case_peer_uid(prog, launcher, tmp):
         os.waitpid(child, 0)
 
 
-def case_bigans(prog, launcher, tmp):
-    limit = 64 << 20  # stats_cmd.MAX_ANSWER
-    # Valid JSON up to the cap and past it: only the size is wrong.
-    head = b'{"schema": "lowtide-live", "pad": "'
-    answer = head + b"x" * (limit + (1 << 20) - len(head) - 2) + b'"}'
+def answering_child(answer):
+    """A forked child that listens at its own live name and gives every
+    client `answer`; returns its pid once it listens (the caller kills and
+    reaps it)."""
     r, w = os.pipe()
     child = os.fork()
     if child == 0:
@@ -575,6 +574,22 @@ def case_bigans(prog, launcher, tmp):
     os.close(w)
     try:
         check(os.read(r, 1) == b"x", "the child listens")
+    except BaseException:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        raise
+    finally:
+        os.close(r)
+    return child
+
+
+def case_bigans(prog, launcher, tmp):
+    limit = 64 << 20  # stats_cmd.MAX_ANSWER
+    # Valid JSON up to the cap and past it: only the size is wrong.
+    head = b'{"schema": "lowtide-live", "pad": "'
+    answer = head + b"x" * (limit + (1 << 20) - len(head) - 2) + b'"}'
+    child = answering_child(answer)
+    try:
         rc, out, err = cli(launcher, ["stats", str(child), "--json"])
         check(rc == 1 and "more than 64 MiB" in err and out == "",
               "an answer of 65 MiB: exit %d, %r, %d bytes out" % (rc, err[-300:], len(out)))
@@ -588,21 +603,8 @@ def case_deepans(prog, launcher, tmp):
     # recursion limit: one line, exit 1, no traceback (before: a
     # RecursionError traceback out of json.loads).
     answer = b'{"schema": "lowtide-live", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}"
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        try:
-            os.close(r)
-            ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            ls.bind(live_name(os.getpid()))  # its own name: pid and uid are right
-            ls.listen(8)
-            os.write(w, b"x")
-            serve_forever(ls, answer)
-        finally:
-            os._exit(1)
-    os.close(w)
+    child = answering_child(answer)
     try:
-        check(os.read(r, 1) == b"x", "the child listens")
         for args in (["stats", str(child)], ["stats", str(child), "--json"], ["top", str(child), "--count", "1"]):
             rc, out, err = cli(launcher, args)
             check(rc == 1 and "Traceback" not in err and "nested too deeply" in err
