@@ -63,9 +63,10 @@ Slot* attach();  // slow path: this thread's first counted call
 // may be counting (stats.cpp says how; reports and snapshots read this way).
 void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h);
 // For tests only (null otherwise): called by read_slot in each pass between
-// its reads of the counters and of the histogram, so that a test can count
+// its first reading of the counters and the histogram (phase 0) and between
+// the histogram and its second reading (phase 1), so that a test can count
 // there as an owner outrunning the reader would.
-extern void (*read_slot_hook)(const Slot* s, int pass);
+extern void (*read_slot_hook)(const Slot* s, int pass, int phase);
 
 // Counting can be compiled out (meson -Dcounters=false) only to measure what
 // it costs; the shipped library always counts.
