@@ -280,18 +280,28 @@ Found discover(const char* root, char* scratch, std::size_t cap, Location* v2, L
   char own2[Location::kPathMax] = {};
   char own1[Location::kPathMax] = {};
   bool have2 = false, have1 = false;
-  if (rooted(root, "/proc/self/cgroup", path, sizeof path) && pal::read_file(path, scratch, cap) > 0) {
+  bool refused = false;
+  // A file's length, or 0; `refused` set where it was not read for want of
+  // a window.
+  const auto read = [&](const char* rel) -> long {
+    if (!rooted(root, rel, path, sizeof path)) return 0;
+    const long got = pal::read_file(path, scratch, cap);
+    if (got == pal::kNoWindow) refused = true;
+    return got > 0 ? got : 0;
+  };
+  if (read("/proc/self/cgroup") > 0) {
     have2 = own_path(scratch, true, own2, sizeof own2);
     have1 = own_path(scratch, false, own1, sizeof own1);
   }
   if (have2 || have1) {
-    const bool mounts = rooted(root, "/proc/self/mountinfo", path, sizeof path) && pal::read_file(path, scratch, cap) > 0;
+    const bool mounts = read("/proc/self/mountinfo") > 0;
     if (have2) place(root, true, own2, mounts ? scratch : nullptr, v2);
     if (have1) place(root, false, own1, mounts ? scratch : nullptr, v1);
   }
-  if (std::uint64_t l = read_limit(*v2); l != 0) return Found{l, Source::cgroup_v2};
-  if (std::uint64_t l = read_limit(*v1); l != 0) return Found{l, Source::cgroup_v1};
-  return Found{0, Source::none};
+  bool refused2 = false, refused1 = false;  // (read_limit sets its flag either way)
+  if (std::uint64_t l = read_limit(*v2, &refused2); l != 0) return Found{l, Source::cgroup_v2, refused || refused2};
+  const std::uint64_t l = read_limit(*v1, &refused1);
+  return Found{l, l != 0 ? Source::cgroup_v1 : Source::none, refused || refused2 || refused1};
 }
 
 }  // namespace lowtide::cgroup

@@ -74,10 +74,14 @@ std::uint64_t read_limit(const Location& loc, bool* refused = nullptr);
 // read (mountinfo can be long; a text cut at cap is searched as far as it
 // goes). Then the limits, v2 first (in a hybrid v1/v2 system the v2
 // hierarchy usually has no memory controller, so no files), then v1. 0 and
-// Source::none if no cgroup sets a limit.
+// Source::none if no cgroup sets a limit. `refused`: a file was not read
+// for want of a fork-gate window (pal::kNoWindow; a program thread forking
+// meanwhile): the places, and so the limit, are then not to be believed,
+// and the caller discovers again later.
 struct Found {
   std::uint64_t limit;
   Source source;
+  bool refused = false;
 };
 Found discover(const char* root, char* scratch, std::size_t cap, Location* v2, Location* v1);
 

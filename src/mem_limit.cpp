@@ -26,13 +26,19 @@ std::atomic<std::uint64_t> sampled_ns{0};
 std::atomic<std::uint64_t> reread_ns{0};
 std::atomic<std::uint64_t> collected_ns{0};
 bool from_cgroup = false;  // set at init: re-read the cgroup's files
+// The cgroup's places not found yet: a file discover() needed was not read
+// for want of a fork-gate window (a start inside a fork's prepare handler,
+// or a thread forking meanwhile). The decay thread discovers again at its
+// next tick, not 4 s later: until then a container's limit is not known.
+bool undiscovered = false;
 void (*release_small_fn)() = nullptr;
 
-// Written at init, read by the decay thread after it.
+// Written at init, read by the decay thread after it (and written by it
+// while undiscovered).
 cgroup::Location where_v2, where_v1;
-// mountinfo is read once, at init (single-threaded): a static buffer, since
-// it can be longer than a stack should hold; cut at this size, searched as
-// far as it goes.
+// mountinfo is read at init (single-threaded), and again by the decay
+// thread alone while undiscovered: a static buffer, since it can be longer
+// than a stack should hold; cut at this size, searched as far as it goes.
 char scratch[64 << 10];
 // Held while the decay thread has mimalloc collect (tick), and across fork.
 pthread_mutex_t collect_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -58,10 +64,25 @@ std::int64_t resident() {
          static_cast<std::int64_t>(large::space.mapped.load(std::memory_order_relaxed));
 }
 
+// The cgroup's places and limit, found afresh (at init, and until one
+// discovery read every file it needed). A refused discovery's limit is
+// taken only where it found one (it can only have missed a lower one).
+void discover() {
+  const cgroup::Found f = cgroup::discover(g.config.str(Opt::cgroup_root), scratch, sizeof scratch, &where_v2, &where_v1);
+  undiscovered = f.refused;
+  if (f.refused && f.limit == 0) return;
+  limit_bytes.store(f.limit, std::memory_order_relaxed);
+  limit_source.store(static_cast<unsigned>(f.source), std::memory_order_relaxed);
+}
+
 // A file not read for want of a fork-gate window (a program thread forking
 // in a tight loop) keeps the limit as it was: dropping it to "none" then
 // would let the cache fill up to its cap under a container's limit.
 void reread() {
+  if (undiscovered) {
+    discover();
+    return;
+  }
   bool refused = false;
   std::uint64_t l = cgroup::read_limit(where_v2, &refused);
   if (refused) return;
@@ -88,15 +109,17 @@ std::size_t room_for(std::uint64_t limit, std::int64_t resident_bytes, std::size
 void init(void (*release_small)()) {
   release_small_fn = release_small;
   const std::uint64_t v = g.config.get(Opt::limit);
+  from_cgroup = false;
+  undiscovered = false;
+  limit_bytes.store(0, std::memory_order_relaxed);
+  limit_source.store(static_cast<unsigned>(cgroup::Source::none), std::memory_order_relaxed);
   if (v != kSizeWord) {
     limit_bytes.store(v, std::memory_order_relaxed);
     limit_source.store(static_cast<unsigned>(v != 0 ? cgroup::Source::env : cgroup::Source::none),
                        std::memory_order_relaxed);
   } else {
     from_cgroup = true;
-    const cgroup::Found f = cgroup::discover(g.config.str(Opt::cgroup_root), scratch, sizeof scratch, &where_v2, &where_v1);
-    limit_bytes.store(f.limit, std::memory_order_relaxed);
-    limit_source.store(static_cast<unsigned>(f.source), std::memory_order_relaxed);
+    discover();
     reread_ns.store(pal::now_ns(), std::memory_order_relaxed);
   }
   if (limit_bytes.load(std::memory_order_relaxed) != 0) sample();
@@ -104,7 +127,7 @@ void init(void (*release_small)()) {
 
 void tick() {
   const std::uint64_t now = pal::now_ns();
-  if (from_cgroup && elapsed(now, reread_ns.load(std::memory_order_relaxed)) >= kRereadEveryNs) {
+  if (from_cgroup && (undiscovered || elapsed(now, reread_ns.load(std::memory_order_relaxed)) >= kRereadEveryNs)) {
     reread_ns.store(now, std::memory_order_relaxed);
     reread();
   }

@@ -15,6 +15,7 @@
 #include "mem_limit.hpp"
 #include "options.hpp"
 #include "platform.hpp"
+#include "state.hpp"
 
 using namespace lowtide;
 using cgroup::Value;
@@ -169,6 +170,55 @@ TEST_CASE("cgroup: a limit not read for want of a fork window is refused, not no
   pal::fork_scans_done(false);
   CHECK(cgroup::read_limit(v2, &refused) == 512 * MiB);
   CHECK_FALSE(refused);
+}
+
+// The same at discovery (lowtide's start, where a start inside a fork's
+// prepare handler meets a shut gate): an unread /proc/self/cgroup said "no
+// cgroup" for good before. Now discover() says it was refused, and the
+// memory limit's decay-thread tick discovers again until it has read
+// everything, instead of keeping no limit for the life of the process.
+TEST_CASE("cgroup: a discovery that met a shut fork gate is refused, and done again at the next tick") {
+  Tree t;
+  t.write("/proc/self/cgroup", "0::/app\n");
+  t.write("/proc/self/mountinfo", kMountinfoV2);
+  t.write("/sys/fs/cgroup/app/memory.max", "536870912\n");
+  pal::fork_wait_scans();
+  cgroup::Found f = t.discover();
+  pal::fork_scans_done(false);
+  CHECK(f.refused);
+  CHECK(f.limit == 0);
+  f = t.discover();
+  CHECK_FALSE(f.refused);
+  CHECK(f.limit == 512 * MiB);
+
+  // limit::init and tick on the same tree (LOWTIDE_CGROUP_ROOT), the
+  // process's configuration put back after.
+  const Config saved = g.config;
+  const std::string root_var = "LOWTIDE_CGROUP_ROOT=" + t.root;
+  const char* env[] = {root_var.c_str(), nullptr};
+  load_config(&g.config, env, false, [](const char*, const char*, const char*, const char*) {});
+  pal::fork_wait_scans();
+  limit::init(nullptr);
+  CHECK(limit::current() == 0);  // not known yet
+  limit::tick();                 // the gate still shut: still not known
+  CHECK(limit::current() == 0);
+  pal::fork_scans_done(false);
+  limit::tick();  // the next tick, not 4 s later
+  CHECK(limit::current() == 512 * MiB);
+  CHECK(limit::source() == cgroup::Source::cgroup_v2);
+  t.write("/sys/fs/cgroup/app/memory.max", "268435456\n");
+  limit::tick();  // discovered: the files are re-read every 4 s only
+  CHECK(limit::current() == 512 * MiB);
+
+  // A discovery that found everything keeps its limit for the next 4 s.
+  limit::init(nullptr);
+  CHECK(limit::current() == 256 * MiB);
+  const char* none[] = {"LOWTIDE_LIMIT=0", nullptr};
+  load_config(&g.config, none, false, [](const char*, const char*, const char*, const char*) {});
+  limit::init(nullptr);
+  CHECK(limit::current() == 0);
+  CHECK(limit::source() == cgroup::Source::none);
+  g.config = saved;
 }
 
 TEST_CASE("cgroup: v1: memory.limit_in_bytes, unlimited ignored; v2 without a memory controller falls to v1") {
