@@ -31,7 +31,9 @@ void init(void (*release_small)());
 
 // The decay thread, each time it wakes (outside every lock): a new RSS
 // sample; the cgroup's limit read again every 4 s (a container's limit can
-// be changed while it runs); while over the limit, the small path's
+// be changed while it runs), or discovered again at once where init's
+// discovery could not read a file (cgroup::Found::refused); while over the
+// limit, the small path's
 // retained memory released, at most once a second.
 void tick();
 
