@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -590,11 +591,38 @@ std::atomic<std::uint64_t> scan_opens{0};    // for tests (resident_scan_opens)
 // it never closes, to the parent's pagemap.
 constinit ForkGate scan_gate{.which = 1};
 
-// The pagemap's filesystem, once one open has been checked to be procfs
-// (fstatfs): a later open on the same device needs no fstatfs of its own.
-// kNoDev until then: no file's device matches it.
-constexpr unsigned long long kNoDev = ~0ull;
-std::atomic<unsigned long long> proc_dev{kNoDev};
+// The mount of the pagemap, once one open through it has been checked to
+// be procfs (fstatfs): a later open through the same mount needs no
+// fstatfs of its own. By the mount's unique id (STATX_MNT_ID_UNIQUE,
+// Linux 6.8), which the kernel never hands out again; not by the device
+// number, which it does: once a procfs is unmounted its number goes to the
+// next filesystem mounted (a tmpfs over /proc with a regular file at
+// thread-self/pagemap was taken for procfs and sent the ioctl:
+// reliability.md no. 91). 0: none (and where the kernel has no such id,
+// fstatfs is asked at every open).
+std::atomic<std::uint64_t> proc_mnt{0};
+
+// STATX_MNT_ID_UNIQUE (Linux 6.8): Debian 12's headers predate it.
+constexpr unsigned kStatxMntIdUnique = 0x4000;
+
+// fstat's device, inode and type of fd, and its mount's unique id in *mnt
+// (0 where the kernel gives none), by one statx; by fstat where statx is
+// refused (a seccomp filter's ENOSYS or EPERM), with *mnt 0. The device as
+// glibc's fstat gives it (makedev of the two numbers, as glibc itself does
+// where its fstat is a statx): OwnFd compares it with fstat's.
+bool stat_mount(int fd, struct stat* st, std::uint64_t* mnt) {
+  *mnt = 0;
+  struct statx sx;
+  constexpr unsigned kWant = STATX_TYPE | STATX_INO;
+  if (::statx(fd, "", AT_EMPTY_PATH, kWant | kStatxMntIdUnique, &sx) == 0 && (sx.stx_mask & kWant) == kWant) {
+    st->st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    st->st_ino = sx.stx_ino;
+    st->st_mode = sx.stx_mode;
+    if ((sx.stx_mask & kStatxMntIdUnique) != 0) *mnt = sx.stx_mnt_id;
+    return true;
+  }
+  return ::fstat(fd, st) == 0;
+}
 
 // A scan's descriptor, open for one or more ranges (scan_open, scan_range,
 // scan_close). How it is opened and why:
@@ -609,10 +637,10 @@ std::atomic<unsigned long long> proc_dev{kNoDev};
 //   here, so a batch of ranges (resident_bytes_many: the cache measures
 //   every entry freed since its last miss at once) shares one.
 // - Its identity is checked (OwnFd) before each ioctl but the first (the
-//   open's own fstat has just checked it) and before the close: a program
-//   thread that closes every descriptor and opens a file at the same
-//   number meanwhile must not have lowtide's ioctl sent to it, nor its
-//   file closed.
+//   open's own statx or fstat has just checked it) and before the close:
+//   a program thread that closes every descriptor and opens a file at the
+//   same number meanwhile must not have lowtide's ioctl sent to it, nor
+//   its file closed.
 // - Opened and closed by raw system calls: glibc's open and close are
 //   cancellation points, and a deferred cancel acted on inside malloc
 //   would unwind out of the cache with an extent taken (lowtide is built
@@ -641,11 +669,12 @@ bool scan_open(Scan* sc) {
   // /proc (not asked again), or a program thread's file at the number it
   // took over since the open (no ioctl is sent to it). Closed only where
   // the path still names what the descriptor holds (a stat, which cannot
-  // block). The filesystem's type is asked once per device.
+  // block). The filesystem's type is asked once per mount (proc_mnt).
   struct stat st;
   struct statfs sf;
-  const bool fst = ::fstat(fd, &st) == 0;
-  const bool known = fst && static_cast<unsigned long long>(st.st_dev) == proc_dev.load(std::memory_order_relaxed);
+  std::uint64_t mnt = 0;
+  const bool fst = stat_mount(fd, &st, &mnt);
+  const bool known = fst && mnt != 0 && mnt == proc_mnt.load(std::memory_order_relaxed);
   if (!fst || !S_ISREG(st.st_mode) || (!known && (::fstatfs(fd, &sf) != 0 || sf.f_type != PROC_SUPER_MAGIC))) {
     struct stat ps;
     if (fst && ::fstatat(AT_FDCWD, kPagemap, &ps, AT_SYMLINK_NOFOLLOW) == 0 && ps.st_dev == st.st_dev &&
@@ -655,7 +684,7 @@ bool scan_open(Scan* sc) {
     scan_gate.close();
     return false;
   }
-  if (!known) proc_dev.store(static_cast<unsigned long long>(st.st_dev), std::memory_order_relaxed);
+  if (!known && mnt != 0) proc_mnt.store(mnt, std::memory_order_relaxed);
   scan_opens.fetch_add(1, std::memory_order_relaxed);
   sc->o.fd = fd;
   sc->o.dev = st.st_dev;
