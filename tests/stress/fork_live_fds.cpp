@@ -10,7 +10,13 @@
 // open across a fork). Before the server opened them inside the fork gate
 // (pal::ForkGate): 5-43 children of 400 here had one (a maps or status
 // file, a connection); with it, none in 12 runs. As fork_scan_fds, a child
-// of a fork whose bounded wait (10 ms) ran out is counted, not failed.
+// of a fork whose bounded wait ran out is counted, not failed: the gate
+// waits 2 s (pal::ForkGate, since 2026-12-06), so only a fork of 2 s or
+// more may have left early. Until 2026-12-06 this test kept the old 10 ms:
+// a fork of 10 ms-2 s (7-34 of 400 here beside two busy loops, the live
+// thread descheduled inside its window) had its child excused though the
+// gate had waited for it, and the run failed where half the forks took
+// that long, which is a loaded machine's scheduling, not a leak.
 #include "stress_common.hpp"
 
 #include <dirent.h>
@@ -75,16 +81,16 @@ int main() {
   while (g_answers.load() < 5 && lt::now_seconds() - start < 30) usleep(1000);
   CHECK(g_answers.load() >= 5, "the live server does not answer");
   constexpr int kForks = 400;
-  const auto [leaked, excused, slow] = lt::fork_and_check(kForks, 0.010, child_check);
+  const auto [leaked, excused, slow] = lt::fork_and_check(kForks, 2.0, child_check);
   g_stop.store(true);
   t.join();
   std::free(big);
   const long answers = g_answers.load();
-  std::printf("fork_live_fds: %d forks (%d took 10 ms or more), %d children with a descriptor of the live "
+  std::printf("fork_live_fds: %d forks (%d took 2 s or more), %d children with a descriptor of the live "
               "server's after a fast fork, %d after a slow one, %ld answers meanwhile\n",
               kForks, slow, leaked, excused, answers);
   CHECK(answers > 20, "only %ld answers", answers);
-  CHECK(slow < kForks / 2, "%d of %d forks took 10 ms or more", slow, kForks);
-  CHECK(leaked == 0, "%d children of a fork under 10 ms inherited a descriptor of the live server's", leaked);
+  CHECK(slow < kForks / 2, "%d of %d forks took 2 s or more", slow, kForks);
+  CHECK(leaked == 0, "%d children of a fork under 2 s inherited a descriptor of the live server's", leaked);
   return 0;
 }
