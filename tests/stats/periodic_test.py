@@ -204,19 +204,37 @@ def case_bad_interval(a, tmp):
           f"interval with the report off: {err!r}")
 
 
+# The report thread names itself once it runs (periodic.cpp, report_main),
+# a moment after lowtide starts it (at start; in a child, in fork's child
+# handler): a look right away may find it still under the program's name
+# (periodic_fork failed so, "parent []", in the main build, 1 run of ~10
+# here). So a thread that should be there is waited for, up to 20 s; the
+# child of the name without %p is looked at after 0.35 s, by which time a
+# thread started there would have named itself.
 PY_FORK = r"""
 import os, sys, time
 def threads():
     names = []
     for t in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{t}/comm") as f:
-            names.append(f.read().strip())
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
     return sorted(n for n in names if n == "lowtide-report")
-print("parent", threads(), flush=True)
+def named():
+    end = time.monotonic() + 20
+    while not threads() and time.monotonic() < end:
+        time.sleep(0.01)
+    return threads()
+print("parent", named(), flush=True)
 pid = os.fork()
 if pid == 0:
-    time.sleep(0.35)
-    print("child", threads(), flush=True)
+    if sys.argv[1] == "1":
+        print("child", named(), flush=True)
+    else:
+        time.sleep(0.35)
+        print("child", threads(), flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
 """
@@ -228,7 +246,7 @@ def case_fork(a, tmp):
     for name, child_has in (("r.%p.json", True), ("r.json", False)):
         env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=os.path.join(tmp, name),
                         LOWTIDE_STATS_INTERVAL="100ms")
-        rc, out, err = run(["/usr/bin/python3", "-c", PY_FORK], env)
+        rc, out, err = run(["/usr/bin/python3", "-c", PY_FORK, "1" if child_has else "0"], env)
         check(rc == 0 and err == "", f"{name}: status {rc}, stderr {err!r}")
         want = ("parent ['lowtide-report']\nchild " + ("['lowtide-report']" if child_has else "[]") + "\n")
         check(out == want, f"{name}: threads {out!r}, want {want!r}")
