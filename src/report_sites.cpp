@@ -45,7 +45,7 @@ void gather_sites(Data* d, report::Scratch& scratch) {
   d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
   sites::AtPeak at{};
   const std::uint64_t live_now = stats::large_live_now();
-  d->process_peak = stats::large_peak_now();
+  d->process_peak = std::max(stats::large_peak_now(), live_now);  // as stats::snapshot's
   d->nall = d->all != nullptr ? sites::read_sites(d->all, cap, &at) : 0;
   // No free since the last new peak (the process may be at its peak now):
   // the live figures are closer to the peak than the last copy.
