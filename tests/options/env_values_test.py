@@ -20,7 +20,7 @@ import lttest  # noqa: E402
 from lttest import check, clean_env, failures  # noqa: E402
 
 PROBE = r'''
-import ctypes, json, os, sys
+import ctypes, json, os, sys, time
 
 lib = ctypes.CDLL(None)
 lib.lowtide_stats_fields.restype = ctypes.c_char_p
@@ -48,8 +48,21 @@ with open("/proc/self/smaps") as f:
 facts["hugepage_advised"] = " hg" in flags
 del b
 facts["cached_after_free"] = stats().large_cached_bytes > 0
-names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
-facts["decay_thread"] = "lowtide-decay" in names
+def names():
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except OSError:
+            pass
+    return out
+# The decay thread names itself once it runs, a moment after the large
+# allocation that starts it: looked for until it is there (5 s at most),
+# not once (a loaded machine may not have run it yet).
+until = time.monotonic() + 5
+while "lowtide-decay" not in names() and time.monotonic() < until:
+    time.sleep(0.01)
+facts["decay_thread"] = "lowtide-decay" in names()
 with open("/proc/self/maps") as f:
     spans = [tuple(int(x, 16) for x in l.split()[0].split("-")) for l in f]
 runs, start, end = [], None, None
