@@ -26,8 +26,11 @@ void ReuseCache::recompute_oldest() {  // under mu_
   std::uint64_t o = UINT64_MAX;
   for (int i = 0; i < count_; ++i) o = entries_[i].freed_ns < o ? entries_[i].freed_ns : o;
   oldest_ns_.store(o, std::memory_order_relaxed);
-  held_view_.store(bytes_held_, std::memory_order_relaxed);
+  // The peak first, the held bytes released after it: a reader that sees
+  // the new held bytes (cached_bytes, acquire) and then reads the peak (the
+  // stats table's order) never sees it below them.
   if (bytes_held_ > peak_view_.load(std::memory_order_relaxed)) peak_view_.store(bytes_held_, std::memory_order_relaxed);
+  held_view_.store(bytes_held_, std::memory_order_release);
 }
 
 void ReuseCache::account_time(std::uint64_t now) {  // under mu_

@@ -296,7 +296,7 @@ class ReuseCache {
   // While set, put() refuses everything (nothing would return it later).
   void refuse_puts(bool on) { refusing_.store(on, std::memory_order_relaxed); }
 
-  std::size_t cached_bytes() const { return held_view_.load(std::memory_order_relaxed); }
+  std::size_t cached_bytes() const { return held_view_.load(std::memory_order_acquire); }  // (recompute_oldest)
   // The most it has held, and the integral of what it held over time in
   // byte-seconds (up to `now`): what keeping blocks cost in memory.
   std::size_t peak_bytes() const { return peak_view_.load(std::memory_order_relaxed); }
