@@ -1,6 +1,5 @@
 #include "pyframes.hpp"
 
-#include <atomic>
 #include <cstring>
 #include <dlfcn.h>
 
@@ -15,7 +14,8 @@ namespace {
 //
 // 3.8-3.10: through the API. Every frame there is an object already, so
 // PyFrame_GetBack/GetCode hand out existing objects (3.8 has no accessors:
-// its PyFrameObject begins PyObject_VAR_HEAD, f_back, f_code).
+// its PyFrameObject begins PyObject_VAR_HEAD, f_back, f_code). The names
+// are read in place from the code object (copy_str_in_place).
 //
 // 3.11: the API would make a frame object on demand for each interpreter
 // frame (PyThreadState_GetFrame, PyFrame_GetBack), and doing that at an
@@ -24,12 +24,25 @@ namespace {
 // frame_dealloc. So the interpreter's own frames are read where they are, as
 // out-of-process profilers do, with 3.11's layout (release builds; the
 // offsets below, from its headers), and nothing is allocated: the line from
-// PyCode_Addr2Line, the names from the code object's str fields.
+// PyCode_Addr2Line, the names from the code object's str fields, their
+// characters read in place too (copy_str_in_place).
 //
 // 3.12 and 3.13: the same in-place walk, with their layouts for the chain
 // (the thread state's current frame, each frame's previous and owner) and
-// their PyUnstable_InterpreterFrame_GetCode/GetLine for the rest. Later
-// versions: no Python frames until their layout is added here.
+// their PyUnstable_InterpreterFrame_GetCode/GetLine for the rest; the names
+// read in place as on 3.11 (the code object's fields where 3.11 has them,
+// their str layout without 3.11's wstr). Later versions: no Python frames
+// until their layout is added here.
+//
+// Nothing allocates, and it must not: the capture may be inside Python's
+// own allocator. pymalloc grows its table of arenas with PyMem_RawRealloc,
+// a large block that is captured, and an allocation by the capture (it
+// asked PyObject_GetAttrString for the names, and PyUnicode_AsUTF8: the
+// attribute's name, a non-ASCII name's UTF-8 copy, a UnicodeEncodeError for
+// a lone surrogate) that needs a new arena reallocates the same table again
+// from inside the first realloc, which then copies and frees a block
+// already freed (docs/reliability.md no. 93). No object made, no error set,
+// no collection: nothing to save and put back either.
 //
 // Every code object met in place is checked to be one (its type is
 // PyCode_Type) before it is used: a build whose layout differs (a debug or
@@ -45,19 +58,13 @@ struct Api {
   Obj (*frame_back)(Obj);     // 3.9+: new reference
   Obj (*frame_code)(Obj);     // 3.9+: new reference
   int (*frame_line)(Obj);
-  Obj (*getattr)(Obj, const char*);
-  const char* (*utf8)(Obj);
   void (*incref)(Obj);
-  void (*decref)(Obj);
-  void (*err_fetch)(Obj*, Obj*, Obj*);
-  void (*err_restore)(Obj, Obj, Obj);
-  void (*err_clear)();
+  void (*decref)(Obj);         // never of the last reference: each is also the interpreter's
   int (*addr2line)(Obj, int);  // PyCode_Addr2Line
   Obj (*iframe_code)(void*);    // PyUnstable_InterpreterFrame_GetCode, 3.12+: new reference
   int (*iframe_line)(void*);    // PyUnstable_InterpreterFrame_GetLine, 3.12+
   void* code_type;              // &PyCode_Type
-  int (*gc_disable)();          // PyGC_Disable, 3.10+: returns whether it was enabled
-  int (*gc_enable)();           // PyGC_Enable, 3.10+
+  void* unicode_type;           // &PyUnicode_Type
 };
 Api api{};
 bool on = false;
@@ -82,8 +89,25 @@ constexpr std::size_t kTs313Current = 72;    // PyThreadState.current_frame
 constexpr std::size_t kFrNewPrevious = 8;    // _PyInterpreterFrame.previous
 constexpr std::size_t kFrNewOwner = 70;      // .owner (3: a C stack's shim frame)
 constexpr std::size_t kObType = 8;           // PyObject.ob_type in a default build
-// co_qualname is 3.11+; co_name before (set at the first miss).
-std::atomic<bool> qualname_missing{false};
+// PyCodeObject.co_filename and .co_qualname on 3.11 (above), 3.12 and 3.13
+// (cpython/code.h: the fields before them are the same); on 3.8-3.10
+// co_filename and co_name (no co_qualname there), after seven ints and seven
+// pointers.
+constexpr std::size_t kCo38Filename = 104, kCo38Name = 112;
+// str (cpython/unicodeobject.h, PEP 393), the compact forms only: where an
+// ASCII string's characters start (sizeof(PyASCIIObject)) and the others'
+// (sizeof(PyCompactUnicodeObject)); up to 3.11 a wstr pointer more in both
+// and a state.ready bit that must be set (bit 7 is statically_allocated
+// since).
+constexpr std::size_t kStrLength = 16;  // PyASCIIObject.length
+constexpr std::size_t kStrState = 32;   // .state (bit fields, below)
+constexpr unsigned kStrKindShift = 2, kStrKindMask = 7, kStrCompact = 0x20, kStrAscii = 0x40, kStr311Ready = 0x80;
+struct StrLayout {
+  std::size_t ascii_data, compact_data;
+  unsigned must;  // state bits that must be set
+};
+constexpr StrLayout kStr311{48, 72, kStrCompact | kStr311Ready};  // 3.8-3.11
+constexpr StrLayout kStr312{40, 56, kStrCompact};
 
 // The pool: interned strings and each site's frames. Under sites' insert lock.
 constexpr std::size_t kPool = std::size_t{512} * 1024;
@@ -126,48 +150,6 @@ void look(void* self, F& fn, const char* name) {
   fn = reinterpret_cast<F>(::dlsym(self, name));
 }
 
-// Copies a str object's UTF-8 into dst (the end of it if too long: a path's
-// tail names the file). Clears a failure.
-void copy_str(Obj o, char* dst, std::size_t cap, bool tail) {
-  dst[0] = '\0';
-  if (o == nullptr) {
-    api.err_clear();
-    return;
-  }
-  const char* s = api.utf8(o);
-  if (s == nullptr) {
-    api.err_clear();
-    std::memcpy(dst, "?", 2);
-  } else {
-    std::size_t n = std::strlen(s);
-    if (n < cap) {
-      std::memcpy(dst, s, n + 1);
-    } else if (tail) {
-      std::memcpy(dst, "...", 3);
-      std::memcpy(dst + 3, s + n - (cap - 4), cap - 4);
-      dst[cap - 1] = '\0';
-    } else {
-      std::memcpy(dst, s, cap - 1);
-      dst[cap - 1] = '\0';
-    }
-  }
-  api.decref(o);
-}
-
-void read_code(Obj code, char* file, char* name) {
-  copy_str(api.getattr(code, "co_filename"), file, kFileMax, true);
-  if (!qualname_missing.load(std::memory_order_relaxed)) {
-    Obj q = api.getattr(code, "co_qualname");
-    if (q != nullptr) {
-      copy_str(q, name, kNameMax, false);
-      return;
-    }
-    api.err_clear();
-    qualname_missing.store(true, std::memory_order_relaxed);
-  }
-  copy_str(api.getattr(code, "co_name"), name, kNameMax, false);
-}
-
 }  // namespace
 
 bool start(bool wanted) {
@@ -183,24 +165,18 @@ bool start(bool wanted) {
   look(self, api.frame_back, "PyFrame_GetBack");
   look(self, api.frame_code, "PyFrame_GetCode");
   look(self, api.frame_line, "PyFrame_GetLineNumber");
-  look(self, api.getattr, "PyObject_GetAttrString");
-  look(self, api.utf8, "PyUnicode_AsUTF8");
   look(self, api.incref, "Py_IncRef");
   look(self, api.decref, "Py_DecRef");
-  look(self, api.err_fetch, "PyErr_Fetch");
-  look(self, api.err_restore, "PyErr_Restore");
-  look(self, api.err_clear, "PyErr_Clear");
   look(self, api.addr2line, "PyCode_Addr2Line");
   look(self, api.iframe_code, "PyUnstable_InterpreterFrame_GetCode");
   look(self, api.iframe_line, "PyUnstable_InterpreterFrame_GetLine");
-  look(self, api.gc_disable, "PyGC_Disable");
-  look(self, api.gc_enable, "PyGC_Enable");
   api.code_type = ::dlsym(self, "PyCode_Type");
+  api.unicode_type = ::dlsym(self, "PyUnicode_Type");
   const char* (*version)() = nullptr;
   look(self, version, "Py_GetVersion");
   bool common = api.is_initialized && api.gil_check && api.gil_this_thread && api.current_unchecked &&
-                api.frame_line && api.getattr && api.utf8 && api.incref && api.decref && api.err_fetch &&
-                api.err_restore && api.err_clear && version;
+                api.frame_line && api.incref && api.decref && api.code_type != nullptr &&
+                api.unicode_type != nullptr && version;
   if (!common) return false;
   const char* v = version();
   if (v == nullptr) return false;
@@ -209,9 +185,8 @@ bool start(bool wanted) {
   raw38 = api.eval_frame && is("3.8.");
   // A debug build's objects have two more words in their header: another
   // layout (_Py_RefTotal exists only there).
-  layout311 = is("3.11.") && api.addr2line != nullptr && api.code_type != nullptr &&
-              ::dlsym(self, "_Py_RefTotal") == nullptr;
-  if (api.iframe_code != nullptr && api.iframe_line != nullptr && api.code_type != nullptr)
+  layout311 = is("3.11.") && api.addr2line != nullptr && ::dlsym(self, "_Py_RefTotal") == nullptr;
+  if (api.iframe_code != nullptr && api.iframe_line != nullptr)
     layout_new = is("3.12.") ? 312 : is("3.13.") ? 313 : 0;
   if (!by_api && !raw38 && !layout311 && layout_new == 0) return false;
   std::size_t len = kPool + kSlots * sizeof(std::uint32_t) + sites::kSites * sizeof(SiteFrames);
@@ -227,6 +202,101 @@ bool start(bool wanted) {
 bool active() { return on; }
 
 namespace {
+
+char* word(const void* base, std::size_t off) {
+  void* v;
+  std::memcpy(&v, static_cast<const char*>(base) + off, sizeof v);
+  return static_cast<char*>(v);
+}
+
+// A str's characters as UTF-8 into dst[cap], read in place: nothing
+// allocated, no Python called (see the top). The end of it if too long and
+// tail (after "..."), else its head; cut between characters. "?" for what
+// PyUnicode_AsUTF8 would refuse (a lone surrogate in the part kept) and for
+// what is not a compact str of the exact type (a subclass's characters are
+// elsewhere). Its header through pal::read_own_memory: were a code object's
+// field not where this version's layout says, the word read there is
+// refused rather than faulted on; once its type says str, its length and
+// characters are its own.
+void copy_str_in_place(const char* o, const StrLayout& lay, char* dst, std::size_t cap, bool tail) {
+  std::memcpy(dst, "?", 2);
+  char head[kStrState + sizeof(unsigned)];
+  if (o == nullptr || !pal::read_own_memory(o, head, sizeof head) || word(head, kObType) != api.unicode_type) return;
+  unsigned state;
+  std::memcpy(&state, head + kStrState, sizeof state);
+  const unsigned kind = (state >> kStrKindShift) & kStrKindMask;
+  std::int64_t len;
+  std::memcpy(&len, head + kStrLength, sizeof len);
+  if ((state & lay.must) != lay.must || (kind != 1 && kind != 2 && kind != 4) || len < 0) return;
+  const char* data = o + ((state & kStrAscii) != 0 ? lay.ascii_data : lay.compact_data);
+  auto at = [data, kind](std::int64_t i) -> std::uint32_t {
+    if (kind == 1) return static_cast<unsigned char>(data[i]);
+    if (kind == 2) {
+      std::uint16_t c;
+      std::memcpy(&c, data + 2 * i, sizeof c);
+      return c;
+    }
+    std::uint32_t c;
+    std::memcpy(&c, data + 4 * i, sizeof c);
+    return c;
+  };
+  // UTF-8 bytes of a character; 0 for a surrogate (or past U+10FFFF).
+  auto bytes = [](std::uint32_t c) -> std::size_t {
+    if (c < 0x80) return 1;
+    if (c < 0x800) return 2;
+    if (c >= 0xd800 && c <= 0xdfff) return 0;
+    return c < 0x10000 ? 3 : c <= 0x10ffff ? 4 : 0;
+  };
+  // The characters kept, [from, to): as many as fit in cap - 1 bytes, else
+  // (tail) as many of the last as fit after "...".
+  std::int64_t from = 0, to = 0;
+  std::size_t used = 0;
+  bool cut = false;
+  if (tail) {
+    from = to = len;
+    for (; from > 0; --from) {
+      const std::size_t b = bytes(at(from - 1));
+      if (b == 0) return;
+      if (used + b > cap - 1) break;
+      used += b;
+    }
+    cut = from > 0;
+    for (; cut && used > cap - 4; ++from) used -= bytes(at(from));
+  } else {
+    for (; to < len; ++to) {
+      const std::size_t b = bytes(at(to));
+      if (b == 0) return;
+      if (used + b > cap - 1) break;
+      used += b;
+    }
+  }
+  char* p = dst;
+  if (cut) {
+    std::memcpy(p, "...", 3);
+    p += 3;
+  }
+  for (std::int64_t i = from; i < to; ++i) {
+    const std::uint32_t c = at(i);
+    if (c < 0x80) {
+      *p++ = static_cast<char>(c);
+    } else if (c < 0x800) {
+      *p++ = static_cast<char>(0xc0 | (c >> 6));
+      *p++ = static_cast<char>(0x80 | (c & 0x3f));
+    } else if (c < 0x10000) {
+      *p++ = static_cast<char>(0xe0 | (c >> 12));
+      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+      *p++ = static_cast<char>(0x80 | (c & 0x3f));
+    } else {
+      *p++ = static_cast<char>(0xf0 | (c >> 18));
+      *p++ = static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+      *p++ = static_cast<char>(0x80 | (c & 0x3f));
+    }
+  }
+  *p = '\0';
+}
+
+bool is_code(const void* o) { return o != nullptr && word(o, kObType) == api.code_type; }
 
 void walk_api(Obj ts, Captured* out) {
   Obj f = nullptr;
@@ -247,7 +317,12 @@ void walk_api(Obj ts, Captured* out) {
       code = api.frame_code(f);
     }
     if (code == nullptr) break;
-    read_code(code, o.file, o.name);
+    if (!is_code(code)) {  // a build whose objects differ (Py_TRACE_REFS)
+      api.decref(code);
+      break;
+    }
+    copy_str_in_place(word(code, kCo38Filename), kStr311, o.file, kFileMax, true);
+    copy_str_in_place(word(code, kCo38Name), kStr311, o.name, kNameMax, false);
     api.decref(code);
     ++out->n;
     Obj back = nullptr;
@@ -263,23 +338,6 @@ void walk_api(Obj ts, Captured* out) {
   if (f != nullptr) api.decref(f);
 }
 
-void copy_utf8(Obj o, char* dst, std::size_t cap, bool tail) {
-  if (o == nullptr) {
-    std::memcpy(dst, "?", 2);
-    return;
-  }
-  api.incref(o);  // copy_str gives one reference back
-  copy_str(o, dst, cap, tail);
-}
-
-char* word(const void* base, std::size_t off) {
-  void* v;
-  std::memcpy(&v, static_cast<const char*>(base) + off, sizeof v);
-  return static_cast<char*>(v);
-}
-
-bool is_code(const void* o) { return o != nullptr && word(o, kObType) == api.code_type; }
-
 void walk_new(Obj ts, Captured* out) {
   char* fr = layout_new == 312 ? word(ts, kTs312Cframe) : word(ts, kTs313Current);
   if (layout_new == 312 && fr != nullptr) fr = word(fr, 0);
@@ -291,8 +349,9 @@ void walk_new(Obj ts, Captured* out) {
     if (code == nullptr) break;
     auto& o = out->f[out->n];
     o.line = api.iframe_line(fr);
-    read_code(code, o.file, o.name);
-    api.decref(code);
+    copy_str_in_place(word(code, kCoFilename), kStr312, o.file, kFileMax, true);
+    copy_str_in_place(word(code, kCoQualname), kStr312, o.name, kNameMax, false);
+    api.decref(code);  // the frame's own reference remains: never the last
     ++out->n;
   }
 }
@@ -313,8 +372,8 @@ void walk311(Obj ts, Captured* out) {
     if (fr[kFrOwner] != 1 && lasti_bytes / 2 < first) continue;
     auto& o = out->f[out->n];
     o.line = api.addr2line(code, static_cast<int>(lasti_bytes));
-    copy_utf8(word(code, kCoFilename), o.file, kFileMax, true);
-    copy_utf8(word(code, kCoQualname), o.name, kNameMax, false);
+    copy_str_in_place(word(code, kCoFilename), kStr311, o.file, kFileMax, true);
+    copy_str_in_place(word(code, kCoQualname), kStr311, o.name, kNameMax, false);
     ++out->n;
   }
 }
@@ -330,13 +389,6 @@ void capture(Captured* out) {
   // check disabled by sub-interpreters, or before initialisation).
   Obj ts = api.gil_this_thread();
   if (ts == nullptr || api.current_unchecked() != ts || api.gil_check() == 0) return;
-  Obj et = nullptr, ev = nullptr, etb = nullptr;
-  api.err_fetch(&et, &ev, &etb);
-  // The collector held off: an object the walk makes (a UnicodeEncodeError
-  // for a file name with a lone surrogate, an AttributeError) may start a
-  // collection, which would run finalizers, arbitrary Python code, inside
-  // the host's malloc call (a bytearray's += half-way through its resize).
-  const bool gc_was_on = api.gc_disable != nullptr && api.gc_enable != nullptr && api.gc_disable() != 0;
   if (layout311) {
     walk311(ts, out);
   } else if (layout_new != 0) {
@@ -344,9 +396,6 @@ void capture(Captured* out) {
   } else {
     walk_api(ts, out);
   }
-  if (gc_was_on) api.gc_enable();
-  api.err_clear();
-  api.err_restore(et, ev, etb);
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (int i = 0; i < out->n; ++i)
     h = fnv(out->f[i].file, fnv(out->f[i].name, h ^ static_cast<std::uint32_t>(out->f[i].line)));

@@ -36,10 +36,8 @@ bool active();
 
 // From sites' capture (inside malloc, lowtide's in-capture flag set, no
 // lowtide lock held). Fills *out with nothing unless this thread holds the
-// GIL. Python's calls allocate (small objects; a large one nested here gets
-// no site) and never leave an exception behind: the thread's pending one is
-// saved and put back, the collector is held off (PyGC_Disable, 3.10+: a
-// collection would run arbitrary finalizers inside the host's malloc call).
+// GIL. Nothing is allocated, no object made, no error set (the capture may
+// be inside Python's own allocator: pyframes.cpp).
 void capture(Captured* out);
 
 // Under sites' insert lock, for a new site id: keeps the frames (interned).

@@ -176,7 +176,45 @@ def case_gc(a, tmp):
           f"the += has its Python frames: {[r['python'] for r in s['top']]}")
 
 
-CASES = {"gc": case_gc, "static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
+def case_arena(a, tmp):
+    script = os.path.join(a.src, "names_arena.py")
+    rep = os.path.join(tmp, "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_CUTOFF="4KiB",
+                    LOWTIDE_STATS_FILE=rep)
+    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    check(rc == 0 and out.strip() == "ok 200000",
+          f"the script ran through (no capture allocated inside pymalloc's realloc of its arenas): status {rc}, {out!r}")
+    if rc == 0:
+        with open(rep) as f:
+            s = json.load(f)["sites"]
+        fill = [row for row in s["top"] if row["python"] and row["python"][0]["function"] == "fill"]
+        check(fill, f"a site whose innermost Python frame is fill: {[r['python'] for r in s['top']]}")
+        check(all(row["python"][0]["file"] == "?" for row in fill),
+              f"fill's file name, a lone surrogate, is '?': {[r['python'] for r in fill]}")
+
+
+def case_unicode(a, tmp):
+    script = os.path.join(a.src, "names_unicode.py")
+    rep = os.path.join(tmp, "r.json")
+    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
+    p = subprocess.run([PYTHON, script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
+    check(p.returncode == 0, f"the script ran through: status {p.returncode}, {p.stderr[-2000:]!r}")
+    path, func, qual = p.stdout.decode().splitlines()
+    with open(rep) as f:
+        s = json.load(f)["sites"]
+    inner = {row["python"][0]["function"]: row["python"][0]["file"] for row in s["top"] if row["python"]}
+    check(func in inner, f"{func!r} named whole: {sorted(inner)}")
+    # The head of the qualified name, cut between characters, in 95 bytes.
+    heads = [n for n in inner if qual.startswith(n) and len(n) < len(qual)]
+    check(len(heads) == 1 and 90 <= len(heads[0].encode()) <= 95, f"the head of {qual!r}: {sorted(inner)}")
+    # The end of the path after "...", cut between characters, in 159 bytes.
+    for name in [func] + heads:
+        file = inner.get(name, "")
+        check(file.startswith("...") and path.endswith(file[3:]) and 150 <= len(file.encode()) <= 159,
+              f"{name}'s file is the end of {path!r}: {file!r}")
+
+
+CASES = {"arena": case_arena, "unicode": case_unicode, "gc": case_gc, "static": case_static, "exit": case_exit, "python": case_python, "pyoff": case_pyoff, "nogil": case_nogil,
          "stress": case_stress, "signal_report": case_signal_report, "signal_dlopen": case_signal_dlopen}
 
 
