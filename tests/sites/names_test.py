@@ -148,45 +148,44 @@ def case_nogil(a, tmp):
           f"the main thread's bytearrays (GIL held) have their Python line: {[r['python'] for r in s['top']]}")
 
 
-def case_stress(a, tmp):
-    script = os.path.join(a.src, "names_stress.py")
+def run_script(a, tmp, name, **extra):
+    """names_<name>.py under lowtide with every call site sampled (a site
+    table of 10, or LOWTIDE_SITES in extra): its exit status, stdout and
+    stderr, and its report's sites section (None where it wrote none)."""
     rep = os.path.join(tmp, "r.json")
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="100", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
-    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    env = clean_env(a.lib, **{"LOWTIDE_STATS": "json", "LOWTIDE_SITES": "10", "LOWTIDE_SITE_SAMPLE": "0",
+                              "LOWTIDE_STATS_FILE": rep, **extra})
+    rc, out, err = lttest.run([PYTHON, os.path.join(a.src, f"names_{name}.py")], env, TIMEOUT, show_failure=True)
+    sites = None
+    if os.path.exists(rep):
+        with open(rep) as f:
+            sites = json.load(f)["sites"]
+    return rc, out, err, sites
+
+
+def case_stress(a, tmp):
+    rc, out, err, s = run_script(a, tmp, "stress", LOWTIDE_SITES="100")
     check(rc == 0 and out.strip() == "ok", f"the script ran through: status {rc}, {out!r}")
-    with open(rep) as f:
-        s = json.load(f)["sites"]
     inner = {row["python"][0]["function"].split(".")[-1] for row in s["top"] if row["python"]}
     for fn in ("gen", "handled", "__del__"):
         check(fn in inner, f"a site whose innermost Python frame is {fn}: {sorted(inner)}")
 
 
 def case_gc(a, tmp):
-    script = os.path.join(a.src, "names_gc.py")
-    rep = os.path.join(tmp, "r.json")
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
-    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    rc, out, err, s = run_script(a, tmp, "gc")
     check(rc == 0, f"the script ran through: status {rc}")
     inside, ran = (int(v) for v in out.split())
     check(ran == 20, f"every cycle's finalizer ran: {ran}")
     check(inside == 0, f"no finalizer ran inside a captured malloc (a collection started there): {inside} did")
-    with open(rep) as f:
-        s = json.load(f)["sites"]
     check(any(row["python"] and row["python"][0]["function"] == "grow" for row in s["top"]),
           f"the += has its Python frames: {[r['python'] for r in s['top']]}")
 
 
 def case_arena(a, tmp):
-    script = os.path.join(a.src, "names_arena.py")
-    rep = os.path.join(tmp, "r.json")
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_CUTOFF="4KiB",
-                    LOWTIDE_STATS_FILE=rep)
-    rc, out, err = lttest.run([PYTHON, script], env, TIMEOUT, show_failure=True)
+    rc, out, err, s = run_script(a, tmp, "arena", LOWTIDE_CUTOFF="4KiB")
     check(rc == 0 and out.strip() == "ok 200000",
           f"the script ran through (no capture allocated inside pymalloc's realloc of its arenas): status {rc}, {out!r}")
     if rc == 0:
-        with open(rep) as f:
-            s = json.load(f)["sites"]
         fill = [row for row in s["top"] if row["python"] and row["python"][0]["function"] == "fill"]
         check(fill, f"a site whose innermost Python frame is fill: {[r['python'] for r in s['top']]}")
         check(all(row["python"][0]["file"] == "?" for row in fill),
@@ -194,14 +193,9 @@ def case_arena(a, tmp):
 
 
 def case_unicode(a, tmp):
-    script = os.path.join(a.src, "names_unicode.py")
-    rep = os.path.join(tmp, "r.json")
-    env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_SITES="10", LOWTIDE_SITE_SAMPLE="0", LOWTIDE_STATS_FILE=rep)
-    p = subprocess.run([PYTHON, script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
-    check(p.returncode == 0, f"the script ran through: status {p.returncode}, {p.stderr[-2000:]!r}")
-    path, func, qual = p.stdout.decode().splitlines()
-    with open(rep) as f:
-        s = json.load(f)["sites"]
+    rc, out, err, s = run_script(a, tmp, "unicode")
+    check(rc == 0, f"the script ran through: status {rc}, {err[-2000:]!r}")
+    path, func, qual = out.splitlines()
     inner = {row["python"][0]["function"]: row["python"][0]["file"] for row in s["top"] if row["python"]}
     check(func in inner, f"{func!r} named whole: {sorted(inner)}")
     # The head of the qualified name, cut between characters, in 95 bytes.
