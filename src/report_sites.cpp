@@ -44,8 +44,8 @@ void gather_sites(Data* d, report::Scratch& scratch) {
   std::size_t cap = 0;
   d->all = scratch.take<sites::SiteRow>(sites::count() + 8, &cap);
   sites::AtPeak at{};
-  const std::uint64_t live_now = stats::large_live_now();
-  d->process_peak = std::max(stats::large_peak_now(), live_now);  // as stats::snapshot's
+  std::uint64_t live_now = 0;
+  stats::large_live_peak(&live_now, &d->process_peak);
   d->nall = d->all != nullptr ? sites::read_sites(d->all, cap, &at) : 0;
   // No free since the last new peak (the process may be at its peak now):
   // the live figures are closer to the peak than the last copy.

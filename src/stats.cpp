@@ -401,14 +401,13 @@ void (*read_slot_hook)(const Slot* s, int pass, int phase) = nullptr;
 
 namespace {
 
-// The histogram's count minus the calls `c` counts that it buckets: what a
-// report would show as the two disagreeing. Signed (an uncount moves a call
-// and its bucket back).
-std::int64_t calls_off(const std::uint64_t* c, const std::uint64_t* h) {
-  std::uint64_t d = 0;
-  for (unsigned i = 0; i < kHistBuckets; ++i) d += h[i];
-  for (unsigned i : {malloc_calls, calloc_calls, realloc_calls, aligned_calls}) d -= c[i];
-  return static_cast<std::int64_t>(d);
+// How far the calls `c` counts that the histogram buckets are from its
+// count `counted`: what a report would show as the two disagreeing (an
+// uncount moves a call and its bucket back, so either way round).
+std::uint64_t calls_off(const std::uint64_t* c, std::uint64_t counted) {
+  std::uint64_t calls = 0;
+  for (unsigned i : {malloc_calls, calloc_calls, realloc_calls, aligned_calls}) calls += c[i];
+  return calls > counted ? calls - counted : counted - calls;
 }
 
 }  // namespace
@@ -446,11 +445,12 @@ void read_slot(const Slot* s, std::uint64_t* c, std::uint64_t* h) {
     if (read_slot_hook != nullptr) read_slot_hook(s, pass, 1);
     for (unsigned i = 0; i < kCounters; ++i) c2[i] = __atomic_load_n(&s->c[i], __ATOMIC_RELAXED);
     const bool still = std::memcmp(c1, c2, sizeof c1) == 0;
-    const std::int64_t o1 = calls_off(c1, ph), o2 = calls_off(c2, ph);
-    const std::uint64_t d1 = static_cast<std::uint64_t>(o1 < 0 ? -o1 : o1);
-    const std::uint64_t d2 = static_cast<std::uint64_t>(o2 < 0 ? -o2 : o2);
+    std::uint64_t counted = 0;
+    if (!still)
+      for (unsigned i = 0; i < kHistBuckets; ++i) counted += ph[i];
+    const std::uint64_t d1 = still ? 0 : calls_off(c1, counted), d2 = still ? 0 : calls_off(c2, counted);
     const bool second = d2 < d1;
-    const std::uint64_t d = still ? 0 : (second ? d2 : d1);
+    const std::uint64_t d = second ? d2 : d1;
     if (d < best) {
       best = d;
       std::memcpy(c, second ? c2 : c1, sizeof c1);
@@ -537,13 +537,7 @@ void snapshot(Snapshot* snap, bool try_only) {
   read_retired(snap, &folded);
   if (shelf_bytes != nullptr) snap->small_cached += shelf_bytes();
   if (folded.folded != 0 && snap->nrows < snap->cap) snap->rows[snap->nrows++] = folded;
-  // large_live_add raises the peak after the live count: a reader between
-  // the two saw live above its peak (a thread making new peaks, read by
-  // lowtide_get_stats: 350-12,789 of ~8 M reads). The peak is the highest
-  // live value seen, and the one read here was seen: never below it.
-  snap->large_live = large_live.load(std::memory_order_relaxed);
-  snap->large_peak = large_peak.load(std::memory_order_relaxed);
-  if (snap->large_peak < snap->large_live) snap->large_peak = snap->large_live;
+  large_live_peak(&snap->large_live, &snap->large_peak);
   if (locked) pthread_mutex_unlock(&mu);
   // A living thread's name is the one it has now: read after the lock is
   // released, since it costs a file read per thread (a periodic report must
@@ -605,4 +599,13 @@ namespace lowtide::stats {
 // For the invariant checks (invariants.hpp).
 std::uint64_t large_live_now() { return large_live.load(std::memory_order_relaxed); }
 std::uint64_t large_peak_now() { return large_peak.load(std::memory_order_relaxed); }
+// large_live_add raises the peak after the live count: a reader between
+// the two saw live above its peak (a thread making new peaks, read by
+// lowtide_get_stats: 350-12,789 of ~8 M reads). The peak is the highest
+// live value seen, and the one read here was seen: never below it.
+void large_live_peak(std::uint64_t* live, std::uint64_t* peak) {
+  *live = large_live.load(std::memory_order_relaxed);
+  const std::uint64_t p = large_peak.load(std::memory_order_relaxed);
+  *peak = p > *live ? p : *live;
+}
 }  // namespace lowtide::stats

@@ -188,6 +188,8 @@ void large_live_sub(std::size_t bytes);
 std::uint64_t last_thread_start_ns();
 std::uint64_t large_live_now();  // large live bytes now
 std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak copy)
+// Both for a report: the peak never below the live value read with it.
+void large_live_peak(std::uint64_t* live, std::uint64_t* peak);
 
 // --- reading ---------------------------------------------------------------
 
