@@ -1105,7 +1105,6 @@ void start_thread(bool with_live) {
 void account_returned(std::size_t bytes, Reason why) {
   large::space.mapped.fetch_sub(bytes, std::memory_order_relaxed);
   stats::Slot* st = stats::slot();
-  stats::add(st, stats::large_returned_bytes, bytes);
   switch (why) {
     case Reason::decay: stats::add(st, stats::large_released_decay, bytes); break;
     case Reason::demand: stats::add(st, stats::large_released_demand, bytes); break;

@@ -235,7 +235,6 @@ LargePath::Warm LargePath::commit_warm(Plan* pl, Extent* out, std::size_t* stale
 void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
   a_.give_back(e.start, e.n, ops_.decommit, ops_.drop_writable);
   large::space.mapped.fetch_sub(e.bytes(), std::memory_order_relaxed);
-  stats::add(st, stats::large_returned_bytes, e.bytes());
   stats::add(st, static_cast<stats::Counter>(why), e.bytes());
 }
 
@@ -429,7 +428,6 @@ Result LargePath::shrink_in_place(Change& c, void** out) {
     a_.split(c.old.start, c.old.n, c.need);
     a_.give_back(tail.start, tail.n, ops_.decommit, ops_.drop_writable);
     large::space.mapped.fetch_sub(tail.bytes(), std::memory_order_relaxed);
-    stats::add(c.st, stats::large_returned_bytes, tail.bytes());
     stats::add(c.st, stats::large_released_free, tail.bytes());
     c.h->length = c.bytes;
   } else {
@@ -558,7 +556,6 @@ Result LargePath::undo_lost_move(Change& c, Extent to, bool warm, const pal::Mov
     // and it is no longer mapped lowtide memory.
     if (past < to.bytes()) ops_.decommit(nbase + past, to.bytes() - past);
     large::space.mapped.fetch_sub(to.bytes(), std::memory_order_relaxed);
-    stats::add(c.st, stats::large_returned_bytes, to.bytes());
     stats::add(c.st, stats::large_released_room, to.bytes());
   } else {
     // Its tail was committed for the move; its head between the piece and
@@ -754,7 +751,6 @@ Result LargePath::copy_instead(Change& c, Extent to, bool committed, bool cached
       if (ours) ops_.decommit(nbase + moved, head);
       ops_.decommit(nbase + old_bytes, to.bytes() - old_bytes);
       large::space.mapped.fetch_sub(to.bytes(), std::memory_order_relaxed);
-      stats::add(c.st, stats::large_returned_bytes, to.bytes());
       stats::add(c.st, stats::large_released_room, to.bytes());
     } else {
       // Only the tail was committed; the head's pages are still dropped.
@@ -773,7 +769,6 @@ Result LargePath::copy_instead(Change& c, Extent to, bool committed, bool cached
   std::memcpy(nbase + from, obase + from, keep);
   stats::add(c.st, stats::large_copy_bytes, keep);
   stats::add(c.st, stats::large_remap_bytes, moved);
-  stats::add(c.st, stats::large_returned_bytes, old_bytes - moved);
   stats::add(c.st, stats::large_released_free, old_bytes - moved);
   return Result::ok;
 }

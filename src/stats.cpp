@@ -392,6 +392,9 @@ namespace {
 
 void add_counts(ThreadRow* r, const std::uint64_t* c, const std::uint64_t* h) {
   for (unsigned i = 0; i < kCounters; ++i) r->c[i] += c[i];
+  // Derived from the same reading as its parts (stats.hpp, kReturnedParts);
+  // a slot's own large_returned_bytes is never counted and stays 0.
+  for (Counter k : kReturnedParts) r->c[large_returned_bytes] += c[k];
   for (unsigned i = 0; i < kHistBuckets; ++i) r->hist[i] += h[i];
 }
 

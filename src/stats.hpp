@@ -106,6 +106,15 @@ inline void bump(std::uint64_t* c, std::uint64_t v) {
 #endif
 }
 
+// large_returned_bytes is the sum of these parts (the reasons bytes went
+// back) and is never counted itself: a reader derives it (add_counts in
+// stats.cpp), so that no report can show parts that do not add up to it.
+// While a give-back bumped both, one after the other, a report reading the
+// thread between the two showed the whole without its part (docs/
+// reliability.md no. 95). It also saves the give-back one add.
+inline constexpr Counter kReturnedParts[] = {large_released_free, large_released_decay, large_released_demand,
+                                             large_released_limit, large_released_room};
+
 inline void add(Slot* s, Counter k, std::uint64_t v) {
   if constexpr (kEnabled) bump(&s->c[k], v);
 }
