@@ -375,8 +375,12 @@ Slot* attach() {
   return s;
 }
 
+void (*large_live_hook)() = nullptr;
+
 void large_live_add(std::size_t bytes) {
   std::uint64_t now = large_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  // Here a reader sees the live bytes above their peak (large_live_peak).
+  if (__builtin_expect(large_live_hook != nullptr, 0)) large_live_hook();
   std::uint64_t peak = large_peak.load(std::memory_order_relaxed);
   while (now > peak && !large_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }

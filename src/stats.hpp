@@ -190,6 +190,10 @@ inline void uncount_small_alloc(Slot* s, Counter call, std::size_t n, std::size_
 // Process-wide large-path live bytes and their peak (large calls make a
 // syscall anyway, so shared atomics cost nothing there).
 void large_live_add(std::size_t bytes);
+// For tests only (null otherwise): called by large_live_add between raising
+// the live bytes and raising their peak, where a reader would see the two
+// out of step (docs/reliability.md no. 94).
+extern void (*large_live_hook)();
 void large_live_sub(std::size_t bytes);
 // When a thread last made its first counted call (pal::now_ns; 0: none
 // yet but the first): the decay thread's sign that a pool came back after

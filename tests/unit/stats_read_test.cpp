@@ -134,3 +134,39 @@ TEST_CASE("returned_bytes is its parts as read: a reading between a give-back's 
   // The slot itself never counts the whole.
   CHECK(__atomic_load_n(&s->c[stats::large_returned_bytes], __ATOMIC_RELAXED) == 0);
 }
+
+namespace {
+
+std::uint64_t seen_live = 0, seen_peak = 0, seen_snap_live = 0, seen_snap_peak = 0, raw_live = 0, raw_peak = 0;
+
+void read_between_live_and_peak() {
+  raw_live = stats::large_live_now();
+  raw_peak = stats::large_peak_now();
+  stats::large_live_peak(&seen_live, &seen_peak);
+  const Totals t;
+  seen_snap_live = t.snap.large_live;
+  seen_snap_peak = t.snap.large_peak;
+}
+
+}  // namespace
+
+TEST_CASE("a reading between a new live high and its peak never shows a peak below live (no. 94)") {
+  std::uint64_t live = 0, peak = 0;
+  stats::large_live_peak(&live, &peak);
+  // Enough to make a new peak.
+  const std::size_t bytes = static_cast<std::size_t>(peak - live) + (1u << 20);
+  stats::large_live_hook = read_between_live_and_peak;
+  stats::large_live_add(bytes);
+  stats::large_live_hook = nullptr;
+  // The hook ran where the race is: the raw peak is still the old one.
+  REQUIRE(raw_live == live + bytes);
+  REQUIRE(raw_peak < raw_live);
+  CHECK(seen_live == raw_live);
+  CHECK(seen_peak >= seen_live);
+  CHECK(seen_snap_live == raw_live);
+  CHECK(seen_snap_peak >= seen_snap_live);
+  // And once the add is done, the peak is the new high.
+  stats::large_live_peak(&live, &peak);
+  CHECK(peak == raw_live);
+  stats::large_live_sub(bytes);
+}
