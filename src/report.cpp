@@ -624,6 +624,7 @@ void on_start() {
 }
 
 void on_fork_child() {
+  fork_child_fds();
   forked_child = true;
   reported.store(false);
   // The periodic thread does not exist here (fork copies only the caller);

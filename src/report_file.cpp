@@ -316,6 +316,70 @@ bool write_all_until(int fd, const char* p, std::size_t n, std::uint64_t until_n
 // The time a report may take to go through a FIFO, a socket or a device.
 constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
 
+// No forked child keeps a descriptor of a report being written (the
+// directories on the way, the temporary file, a FIFO at the report's name):
+// a fork in another thread while the periodic thread (or the exit path, or
+// lowtide_write_report) held one gave the child a copy nobody closes until
+// it execs, and a FIFO's reader then never saw the report's end while the
+// child lived (reliability.md no. 100). write_path works inside a window of
+// the fork gate (pal::fork_window_open), which a fork waits for, as the
+// files lowtide reads. A write through a FIFO, a socket or a device may
+// take kThroughBudgetNs, longer than a fork should wait: for it the window
+// is left and its two descriptors (the FIFO's and the directory's) are
+// recorded instead, for fork_child_fds to close in a child made meanwhile;
+// the window is taken again for the closes. Without a window within
+// kWindowWaitNs (a program thread forking in a tight loop; a signal handler
+// that interrupted its own thread's fork) the report is written as before,
+// outside one: a report is not given up for it.
+constexpr std::uint64_t kWindowWaitNs = 20'000'000, kWindowWaitLongNs = 2'000'000'000;
+
+bool enter_window(std::uint64_t within_ns) {
+  const std::uint64_t until = pal::now_ns() + within_ns;
+  for (;;) {
+    if (pal::fork_window_open()) return true;
+    if (pal::now_ns() > until) return false;
+    pal::yield();
+  }
+}
+
+// Descriptors handed to a forked child's fork handler to close (its
+// identity first, then the number; pal::OwnFd's check before the close).
+// A few slots: writers at once are the periodic thread, the exit path and
+// the program's own lowtide_write_report calls.
+struct HeldFd {
+  std::atomic<bool> taken{false};
+  std::atomic<int> fd{-1};
+  std::atomic<unsigned long long> dev{0}, ino{0};
+};
+HeldFd held[8];
+
+// The slot that records fd, or -1 (no slot free, or fstat failed).
+int hold(int fd) {
+  pal::OwnFd o;
+  if (!pal::own(fd, &o)) return -1;
+  for (int i = 0; i < 8; ++i) {
+    if (held[i].taken.exchange(true)) continue;
+    held[i].dev.store(o.dev);
+    held[i].ino.store(o.ino);
+    held[i].fd.store(fd);
+    return i;
+  }
+  return -1;
+}
+
+void unhold(int slot) {
+  if (slot < 0) return;
+  held[slot].fd.store(-1);
+  held[slot].taken.store(false);
+}
+
+// write_path's window: whether one is open, and the directory's slot once
+// write_through has left the window for a long write.
+struct Gate {
+  bool open;
+  int dir_slot;
+};
+
 // A FIFO, a device or a socket seen at the final name: refused before it
 // is opened (opening alone rewinds a tape, arms a watchdog) when it is a
 // block device or another user's; write_through checks again what it
@@ -336,7 +400,8 @@ bool node_ok(const struct stat& st, const char** why) {
 // fails (ENXIO) and one nobody drains gives up after kThroughBudgetNs. A
 // regular file is never written in place: if one stands there now, through
 // a link it is refused, directly a new file replaces it.
-bool write_through(int dfd, const char* base, const char* body, std::size_t n, bool follow, bool through_link) {
+bool write_through(int dfd, const char* base, const char* body, std::size_t n, bool follow, bool through_link,
+                   Gate* gate) {
   int fd = ::openat(dfd, base, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0) return false;
   struct stat st;
@@ -358,13 +423,31 @@ bool write_through(int dfd, const char* base, const char* body, std::size_t n, b
     errno = EACCES;
     return false;
   }
+  // The write may take kThroughBudgetNs: outside the window, with both
+  // descriptors recorded for a child's fork handler (see Gate). Where no
+  // slot is free the window is kept for the write.
+  int fd_slot = -1;
+  if (gate->open) {
+    fd_slot = hold(fd);
+    gate->dir_slot = hold(dfd);
+    if (fd_slot >= 0 && gate->dir_slot >= 0) {
+      pal::fork_window_close();
+      gate->open = false;
+    } else {
+      unhold(fd_slot);
+      unhold(gate->dir_slot);
+      fd_slot = gate->dir_slot = -1;
+    }
+  }
   bool ok;
   {
     pal::NoSigpipe guard;
     ok = write_all_until(fd, body, n, pal::now_ns() + kThroughBudgetNs);
   }
   int e = errno;
+  if (fd_slot >= 0) gate->open = enter_window(kWindowWaitLongNs);
   ok = (::close(fd) == 0) && ok;
+  unhold(fd_slot);
   if (!ok) errno = e;
   return ok;
 }
@@ -433,6 +516,9 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   dev_fd_names(pb->target);
   int links = 0;
   bool link_refused = false;
+  // Every descriptor from here on is opened and closed inside a window of
+  // the fork gate where one came (Gate).
+  Gate gate{enter_window(kWindowWaitNs), -1};
   int dfd = open_dir_of(AT_FDCWD, pb->target, pb, &links, &link_refused);
   const char* why = nullptr;
   bool ok = false;
@@ -473,7 +559,7 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
           why = "a link of another process under /proc: not followed";
           break;
         }
-        ok = write_through(dfd, pb->base, body, n, true, true);
+        ok = write_through(dfd, pb->base, body, n, true, true, &gate);
         break;
       }
       if (step == LinkStep::refused) why = "a symlink of another user: not followed";
@@ -493,7 +579,7 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
         why = S_ISREG(lst.st_mode) ? "a symlink to a regular file: not written through" : nullptr;
         break;
       }
-      ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, true);
+      ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, true, &gate);
       break;
     }
   } else if (S_ISREG(lst.st_mode)) {
@@ -501,15 +587,28 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   } else if (S_ISDIR(lst.st_mode)) {
     errno = EISDIR;
   } else {
-    ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, false);
+    ok = node_ok(lst, &why) && write_through(dfd, pb->base, body, n, false, false, &gate);
   }
   const int e = errno;
   if (dfd >= 0) ::close(dfd);
+  unhold(gate.dir_slot);
+  if (gate.open) pal::fork_window_close();
   errno = e;
   if (link_refused) why = "a symlink of another user in its directory path: not followed";
   return ok ? 0 : failed(pb->target, why, body, n, periodic);
 }
 
 std::uint64_t dropped() { return n_dropped.load(std::memory_order_relaxed); }
+
+void fork_child_fds() {
+  for (HeldFd& h : held) {
+    pal::OwnFd o;
+    o.fd = h.fd.exchange(-1);
+    o.dev = h.dev.load();
+    o.ino = h.ino.load();
+    if (o.fd >= 0) pal::close_own(o);  // only if still that file
+    h.taken.store(false);
+  }
+}
 
 }  // namespace lowtide::report

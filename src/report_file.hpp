@@ -13,6 +13,9 @@
 // - something that is not a regular file (a FIFO, /dev/null, a terminal) is
 //   opened without O_CREAT and written to; a FIFO nobody reads fails rather
 //   than hangs;
+// - every descriptor is opened and closed inside a window of the fork gate,
+//   or recorded for fork's child handler to close (fork_child_fds), so no
+//   forked child keeps one;
 // - in an AT_SECURE process no file is written at all (EPERM);
 // - with fd 2 closed or not writable, a report for stderr is dropped and
 //   counted, never sent through a path such as /dev/stderr.
@@ -56,5 +59,11 @@ bool expand_path(const char* pattern, char* out);
 
 // Reports dropped because fd 2 was closed or not writable.
 std::uint64_t dropped();
+
+// fork's child handler (report::on_fork_child): closes the descriptors of a
+// report another thread of the parent was writing through a FIFO, a socket
+// or a device when the fork came (write_path leaves the fork gate's window
+// for that write, which may take 2 s).
+void fork_child_fds();
 
 }  // namespace lowtide::report
