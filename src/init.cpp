@@ -23,6 +23,7 @@
 #include "route.hpp"
 #include "periodic.hpp"
 #include "report.hpp"
+#include "report_out.hpp"
 #include "signals.hpp"
 #include "sites.hpp"
 #include "small_path.hpp"
@@ -63,6 +64,10 @@ RegisterAtfork libc_register_atfork() {
   return real;
 }
 
+// Values and names from the environment are shown with their control
+// characters as '?' (report::Shown): a newline in a bad value made the
+// warning two lines, the second one forged, and an escape sequence drove
+// the terminal (reliability.md no. 101).
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {
   // The warning is one line of at most 512 bytes: a long value is cut short
   // here, so the reason, the valid range and the default used always fit.
@@ -72,7 +77,7 @@ void warn_option(const char* env, const char* value, const char* reason, const c
   std::size_t n = 0;
   while (n <= kShown && value[n] != '\0') ++n;
   const bool cut = n > kShown;
-  log::warn("{}='{}{}' {} (valid: {}); using the default {}", env, fmt::string_view(value, cut ? kShown : n),
+  log::warn("{}='{}{}' {} (valid: {}); using the default {}", env, report::Shown(value, cut ? kShown : n),
             cut ? "..." : "", reason, valid, def);
 }
 
@@ -80,11 +85,11 @@ void warn_option(const char* env, const char* value, const char* reason, const c
 // would otherwise be silently without effect.
 void warn_unknown(const char* name, unsigned len, const char* nearest) {
   if (nearest != nullptr)
-    log::warn("{} is not a lowtide setting and has no effect; did you mean {}?", fmt::string_view(name, len),
+    log::warn("{} is not a lowtide setting and has no effect; did you mean {}?", report::Shown(name, len),
               nearest);
   else
     log::warn("{} is not a lowtide setting and has no effect (the settings: docs/configuration.md)",
-              fmt::string_view(name, len > 80 ? 80 : len));
+              report::Shown(name, len > 80 ? 80 : len));
 }
 
 // A setting given twice (`env LOWTIDE_X=a ... LOWTIDE_X=b`, or a launcher
@@ -95,7 +100,7 @@ void warn_duplicate(const char* env, const char* used, const char* ignored) {
   auto shown = [](const char* v) {
     std::size_t n = 0;
     while (n < kShown && v[n] != '\0') ++n;
-    return fmt::string_view(v, n);
+    return report::Shown(v, n);
   };
   log::warn("{} is set more than once; the first value, '{}', is used (as getenv reads it), '{}' is ignored", env,
             shown(used), shown(ignored));

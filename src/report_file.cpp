@@ -462,13 +462,20 @@ int failed(const char* target, const char* why, const char* body, std::size_t n,
   // malloc under a non-C LC_MESSAGES (this runs in the SIGTERM handler).
   const char* desc = strerrordesc_np(e);
   if (desc == nullptr) desc = "unknown error";
+  // The path as Shown: its control characters as '?', one line; its first
+  // 200 bytes and "..." (it may be 4 KiB long), so that the reason and what
+  // happens to the report always fit the warning's 512 bytes (no. 101).
+  constexpr std::size_t kShownPath = 200;
+  const std::size_t tn = std::strlen(target);
+  const bool cut = tn > kShownPath;
+  const Shown shown(target, cut ? kShownPath : tn);
   if (!periodic) {
-    log::warn("cannot write the report to '{}' ({}); writing it to stderr instead", target,
+    log::warn("cannot write the report to '{}{}' ({}); writing it to stderr instead", shown, cut ? "..." : "",
               why != nullptr ? why : desc);
     write_stderr(body, n);
   } else if (!warned_periodic.exchange(true)) {
-    log::warn("cannot write the periodic report to '{}' ({}); not retried on stderr, the exit-time report will be",
-              target, why != nullptr ? why : desc);
+    log::warn("cannot write the periodic report to '{}{}' ({}); not retried on stderr, the exit-time report will be",
+              shown, cut ? "..." : "", why != nullptr ? why : desc);
   }
   errno = e;
   return -1;
