@@ -67,7 +67,7 @@ RegisterAtfork libc_register_atfork() {
 // Values and names from the environment are shown with their control
 // characters as '?' (report::Shown): a newline in a bad value made the
 // warning two lines, the second one forged, and an escape sequence drove
-// the terminal (reliability.md no. 101).
+// the terminal (reliability.md no. 98).
 void warn_option(const char* env, const char* value, const char* reason, const char* def) {
   // The warning is one line of at most 512 bytes: a long value is cut short
   // here, so the reason, the valid range and the default used always fit.

@@ -300,9 +300,15 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
   stats::Slot* st = stats::slot();
 
   Extent e = take_cached(&pl, origin == Origin::realloc);
+  // Reused pages hold old data: calloc's must read as zero, over all of
+  // the block's usable bytes (malloc_usable_size's), not only the `size`
+  // asked for: glibc's calloc and mimalloc's (the small path) zero the
+  // whole usable block, and a fresh extent reads as zero to its end. Up to
+  // 2026-12-07 the usable tail past `size` (up to a granule, 64 KiB) of a
+  // block taken from the cache kept a freed block's bytes.
+  const std::size_t usable = pl.bytes - pl.off;
   if (e.found()) {
-    // Reused pages hold old data: calloc's must read as zero.
-    if (origin == Origin::calloc) std::memset(e.base(a_) + pl.off, 0, size);
+    if (origin == Origin::calloc) std::memset(e.base(a_) + pl.off, 0, usable);
     stats::add(st, stats::large_reused, 1);
   } else {
     std::size_t stale = 0;
@@ -320,7 +326,6 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
                 origin, flags, current_tid(), site.site, site.weight);
   a_.publish(user, e.start, site.site);
   large::space.blocks.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t usable = pl.bytes - pl.off;
   stats::add(st, stats::large_requested, size);
   stats::add(st, stats::large_out, usable);
   stats::large_live_add(usable);

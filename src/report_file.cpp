@@ -321,7 +321,7 @@ constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
 // a fork in another thread while the periodic thread (or the exit path, or
 // lowtide_write_report) held one gave the child a copy nobody closes until
 // it execs, and a FIFO's reader then never saw the report's end while the
-// child lived (reliability.md no. 100). write_path works inside a window of
+// child lived (reliability.md no. 97). write_path works inside a window of
 // the fork gate (pal::fork_window_open), which a fork waits for, as the
 // files lowtide reads. A write through a FIFO, a socket or a device may
 // take kThroughBudgetNs, longer than a fork should wait: for it the window
@@ -464,7 +464,7 @@ int failed(const char* target, const char* why, const char* body, std::size_t n,
   if (desc == nullptr) desc = "unknown error";
   // The path as Shown: its control characters as '?', one line; its first
   // 200 bytes and "..." (it may be 4 KiB long), so that the reason and what
-  // happens to the report always fit the warning's 512 bytes (no. 101).
+  // happens to the report always fit the warning's 512 bytes (no. 98).
   constexpr std::size_t kShownPath = 200;
   const std::size_t tn = std::strlen(target);
   const bool cut = tn > kShownPath;

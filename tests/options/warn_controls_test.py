@@ -3,7 +3,7 @@
 value, an unknown LOWTIDE_* name, a report path that cannot be written)
 are shown as '?': each warning stays one line, and nothing of it can drive
 the terminal; a report path is shown cut to 200 bytes, so that the end of
-the warning always fits (reliability.md no. 101). Before, a newline in a bad value
+the warning always fits (reliability.md no. 98). Before, a newline in a bad value
 made the warning two lines, the second one whatever followed the newline
 ("lowtide: ..." forged), and an ESC sequence went to the terminal as it
 was.

@@ -12,7 +12,7 @@
 // that a thread drains slowly (each report then takes a while to go
 // through); meanwhile the main thread forks, and each child lists its
 // descriptors and fails if one is under that directory. Before the fix
-// (reliability.md no. 100) the FIFO phase gave nearly every child the FIFO
+// (reliability.md no. 97) the FIFO phase gave nearly every child the FIFO
 // and the regular-file phase some children a directory or the temporary
 // file; now none. A fork that took 2 s or more (the fork gate's bound) is
 // counted apart, not failed.
