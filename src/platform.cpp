@@ -957,6 +957,57 @@ std::size_t resident_bytes(const void* p, std::size_t len) {
   return bytes;
 }
 
+namespace {
+constexpr std::uint64_t kPageIsSwapped = 1u << 4, kPageIsPfnZero = 1u << 5;
+// Below this a block is zeroed whole: the scan's open, checks, ioctl and
+// close (~2 us) would cost more than writing pages that are mostly there.
+constexpr std::size_t kZeroScanMin = 256 * 1024;
+}  // namespace
+
+void zero_held(void* p, std::size_t len) {
+  const auto from = reinterpret_cast<std::uintptr_t>(p), to = from + len;
+  auto zero = [from, to](std::uintptr_t a, std::uintptr_t b) {  // [a, b) clipped to the block
+    a = a < from ? from : a;
+    b = b > to ? to : b;
+    if (a < b) std::memset(reinterpret_cast<void*>(a), 0, b - a);
+  };
+  std::uintptr_t a = from & ~(kPageSize - 1);
+  const std::uintptr_t end = (to + kPageSize - 1) & ~(kPageSize - 1);
+  // Every page that holds something: present (but the shared zero page,
+  // which reads as zero) or not present but not empty either (swapped out,
+  // under migration: the kernel reports any such entry as swapped). What is
+  // not reported has no page table entry: in lowtide's private anonymous
+  // mappings it reads as zero, and nobody writes it until it is touched.
+  // One ioctl per descriptor: the runs are written after the descriptor is
+  // closed, outside the fork gate's window (a dense block of a GiB takes a
+  // while to write, and a fork must not wait for that). Whatever the scan
+  // does not answer is written whole.
+  PageRegion runs[64] = {};  // zeroed once: valgrind does not know this ioctl
+  while (len >= kZeroScanMin && a < end) {
+    Scan sc;
+    if (!scan_open(&sc)) break;
+    PmScanArg q{};
+    q.size = sizeof q;
+    q.start = a;
+    q.end = end;
+    q.vec = reinterpret_cast<std::uintptr_t>(runs);
+    q.vec_len = sizeof runs / sizeof runs[0];
+    q.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
+    q.return_mask = kPageIsPresent | kPageIsSwapped | kPageIsPfnZero;
+    const long n = ::ioctl(sc.o.fd, kPagemapScan, &q);
+    scan_close(sc);
+    if (n < 0 || q.walk_end <= a || q.walk_end > end || n > static_cast<long>(q.vec_len)) break;
+    for (long i = 0; i < n; ++i) {
+      const bool zero_page = (runs[i].categories & (kPageIsPresent | kPageIsPfnZero)) ==
+                             (kPageIsPresent | kPageIsPfnZero);
+      // (A run outside [a, walk_end) would be the kernel's error: written.)
+      if (!zero_page) zero(runs[i].start, runs[i].end);
+    }
+    a = q.walk_end;
+  }
+  zero(a, end);  // what was not scanned (nothing where the walk finished)
+}
+
 NoSigpipe::NoSigpipe() noexcept {
   sigemptyset(&pipe_);
   sigaddset(&pipe_, SIGPIPE);

@@ -190,6 +190,14 @@ void unmap(void* p, std::size_t len);
 // for the open, the task's exec_update_lock for reading), no lock of
 // lowtide's or the program's; not a cancellation point.
 std::size_t resident_bytes(const void* p, std::size_t len);
+// Make [p, p+len) of lowtide's private anonymous memory read as zero,
+// writing only the pages that hold something (present, swapped out): a
+// page with nothing behind it (never touched, or dropped by a decommit)
+// reads as zero already, and writing it would fault it in (a page fault
+// each, and memory the program may never touch: calloc of a sparse table
+// taken from the reuse cache). By PAGEMAP_SCAN; everything is written
+// where the scan is not there, and below 256 KiB.
+void zero_held(void* p, std::size_t len);
 // The same for each of n ranges (at most kSpansMax; out[i] for spans[i]),
 // with one pagemap descriptor for all of them: the reuse cache measures
 // the entries freed since its last miss at once.
@@ -506,9 +514,11 @@ struct PageOps {
   bool (*recover)(void* p, std::size_t len) = &recover_destination;
   // Before a freed block is cached (writable_again); null: always (tests).
   bool (*writable_again)(void* p, std::size_t len) = nullptr;
+  // calloc's zeroing of a block taken from the cache; null: memset (tests).
+  void (*zero)(void* p, std::size_t len) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
-                                  &recover_destination, &writable_again};
+                                  &recover_destination, &writable_again, &zero_held};
 
 }  // namespace lowtide::pal
