@@ -575,6 +575,18 @@ static_assert(sizeof(PmScanArg) == 96 && sizeof(PageRegion) == 24, "PAGEMAP_SCAN
 constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
 constexpr std::uint64_t kPageIsPresent = 1u << 3;
 
+// A request for the runs of [a, end) into `runs`; the caller says which.
+template <std::size_t N>
+PmScanArg scan_request(std::uintptr_t a, std::uintptr_t end, PageRegion (&runs)[N]) {
+  PmScanArg q{};
+  q.size = sizeof q;
+  q.start = a;
+  q.end = end;
+  q.vec = reinterpret_cast<std::uintptr_t>(runs);
+  q.vec_len = N;
+  return q;
+}
+
 // The end of a span's range rounded up to a page.
 std::uintptr_t page_end(const Span& sp) {
   return (reinterpret_cast<std::uintptr_t>(sp.p) + sp.len + kPageSize - 1) & ~(kPageSize - 1);
@@ -731,12 +743,7 @@ void scan_close(const Scan& sc) {
       break;
     }
     sc->fresh = false;
-    PmScanArg q{};
-    q.size = sizeof q;
-    q.start = a;
-    q.end = end;
-    q.vec = reinterpret_cast<std::uintptr_t>(runs);
-    q.vec_len = sizeof runs / sizeof runs[0];
+    PmScanArg q = scan_request(a, end, runs);
     q.max_pages = limit - found;
     q.category_mask = kPageIsPresent;  // only present pages are reported
     q.return_mask = kPageIsPresent;
@@ -986,12 +993,7 @@ void zero_held(void* p, std::size_t len) {
   while (len >= kZeroScanMin && a < end) {
     Scan sc;
     if (!scan_open(&sc)) break;
-    PmScanArg q{};
-    q.size = sizeof q;
-    q.start = a;
-    q.end = end;
-    q.vec = reinterpret_cast<std::uintptr_t>(runs);
-    q.vec_len = sizeof runs / sizeof runs[0];
+    PmScanArg q = scan_request(a, end, runs);
     q.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
     q.return_mask = kPageIsPresent | kPageIsSwapped | kPageIsPfnZero;
     const long n = ::ioctl(sc.o.fd, kPagemapScan, &q);
