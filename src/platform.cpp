@@ -990,6 +990,11 @@ void zero_held(void* p, std::size_t len) {
   // while to write, and a fork must not wait for that). Whatever the scan
   // does not answer is written whole.
   PageRegion runs[64] = {};  // zeroed once: valgrind does not know this ioctl
+  // The open, the ioctl and the close may set errno (ENOTTY from a kernel
+  // before 6.7 or a sandbox refusing the ioctl, EMFILE): calloc succeeds
+  // here, and a successful calloc leaves errno as it was (as every pal
+  // function that makes system calls for it keeps it).
+  const int saved = errno;
   while (len >= kZeroScanMin && a < end) {
     Scan sc;
     if (!scan_open(&sc)) break;
@@ -1007,6 +1012,7 @@ void zero_held(void* p, std::size_t len) {
     }
     a = q.walk_end;
   }
+  errno = saved;
   zero(a, end);  // what was not scanned (nothing where the walk finished)
 }
 
