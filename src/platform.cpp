@@ -1002,6 +1002,11 @@ void zero_held(void* p, std::size_t len) {
     q.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
     q.return_mask = kPageIsPresent | kPageIsSwapped | kPageIsPfnZero;
     const long n = ::ioctl(sc.o.fd, kPagemapScan, &q);
+    // As scan_range: any error but a transient one (ENOTTY from a kernel
+    // before 6.7, a sandbox's refusal) turns the scan off for good, so that
+    // each calloc does not open the pagemap to be refused again.
+    if (n < 0 && errno != EINTR && errno != ENOMEM && errno != EFAULT)
+      scan_missing.store(true, std::memory_order_relaxed);
     scan_close(sc);
     if (n < 0 || q.walk_end <= a || q.walk_end > end || n > static_cast<long>(q.vec_len)) break;
     for (long i = 0; i < n; ++i) {
