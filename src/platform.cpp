@@ -968,7 +968,7 @@ namespace {
 constexpr std::uint64_t kPageIsSwapped = 1u << 4, kPageIsPfnZero = 1u << 5;
 // Below this a block is zeroed whole: the scan's open, checks, ioctl and
 // close (~2 us) would cost more than writing pages that are mostly there.
-constexpr std::size_t kZeroScanMin = 256 * 1024;
+constexpr std::size_t kZeroScanMin = std::size_t{256} << 10;
 }  // namespace
 
 void zero_held(void* p, std::size_t len) {
