@@ -246,22 +246,12 @@ bool small_range_of(const char* s, std::uint64_t* start, std::uint64_t* end) {
   return !large::space.arena.contains(reinterpret_cast<const void*>(*start));
 }
 
-// A window of the fork gate (pal::fork_window_open), waited for while a
-// fork is being prepared (this thread may wait; a fork's preparation is
-// short). false after `within_ns` of forks: the caller goes on without
-// one, or tries later. 20 ms where a later turn will do; 2 s where the
-// descriptor must not be left to a child (the listening socket's making,
-// a served connection's close): a program forking in a tight loop can
-// refuse windows for tens of milliseconds.
+// How long a window of the fork gate is waited for (pal::fork_window_wait):
+// 20 ms where a later turn will do; 2 s where the descriptor must not be
+// left to a child (the listening socket's making, a served connection's
+// close).
 constexpr std::uint64_t kWindowWait = 20'000'000, kWindowWaitLong = 2'000'000'000;
-bool enter_fork_window(std::uint64_t within_ns = kWindowWait) {
-  const std::uint64_t until = pal::now_ns() + within_ns;
-  for (;;) {
-    if (pal::fork_window_open()) return true;
-    if (pal::now_ns() > until) return false;
-    pal::yield();
-  }
-}
+bool enter_fork_window(std::uint64_t within_ns = kWindowWait) { return pal::fork_window_wait(within_ns); }
 
 // /proc/self/maps (no page walk, unlike smaps: cheap), streamed through a
 // fixed buffer (only this thread reads it). Opened by the platform layer

@@ -857,6 +857,14 @@ void ForkGate::fork_done(bool child) {
 void fork_wait_scans() { scan_gate.fork_wait(); }
 void fork_scans_done(bool child) { scan_gate.fork_done(child); }
 bool fork_window_open() { return scan_gate.open(); }
+bool fork_window_wait(std::uint64_t within_ns) {
+  const std::uint64_t until = now_ns() + within_ns;
+  for (;;) {
+    if (fork_window_open()) return true;
+    if (now_ns() > until) return false;
+    yield();
+  }
+}
 void fork_window_close() { scan_gate.close(); }
 
 int scans_open_now() { return scan_gate.windows.load(std::memory_order_seq_cst); }

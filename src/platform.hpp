@@ -284,6 +284,13 @@ void fork_scans_done(bool child);
 // connection it accepts): a fork waits for it as for a scan, and the child
 // inherits none of them. false (no window) while a fork is being prepared.
 bool fork_window_open();
+// The same, waited for while forks are being prepared (sched_yield between
+// tries; a fork's preparation is short): false after `within_ns` of them,
+// the caller then goes on without one or tries later. The live server and
+// the report writer wait 20 ms where a later turn will do, 2 s where a
+// descriptor must not be left to a child (a program forking in a tight
+// loop can refuse windows for tens of milliseconds).
+bool fork_window_wait(std::uint64_t within_ns);
 void fork_window_close();
 // Fresh read-write zero memory for lowtide's own tables, committed as it is
 // touched (MAP_NORESERVE). nullptr on failure.

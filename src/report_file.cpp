@@ -333,15 +333,6 @@ constexpr std::uint64_t kThroughBudgetNs = 2'000'000'000;
 // outside one: a report is not given up for it.
 constexpr std::uint64_t kWindowWaitNs = 20'000'000, kWindowWaitLongNs = 2'000'000'000;
 
-bool enter_window(std::uint64_t within_ns) {
-  const std::uint64_t until = pal::now_ns() + within_ns;
-  for (;;) {
-    if (pal::fork_window_open()) return true;
-    if (pal::now_ns() > until) return false;
-    pal::yield();
-  }
-}
-
 // Descriptors handed to a forked child's fork handler to close (its
 // identity first, then the number; pal::OwnFd's check before the close).
 // A few slots: writers at once are the periodic thread, the exit path and
@@ -445,7 +436,7 @@ bool write_through(int dfd, const char* base, const char* body, std::size_t n, b
     ok = write_all_until(fd, body, n, pal::now_ns() + kThroughBudgetNs);
   }
   int e = errno;
-  if (fd_slot >= 0) gate->open = enter_window(kWindowWaitLongNs);
+  if (fd_slot >= 0) gate->open = pal::fork_window_wait(kWindowWaitLongNs);
   ok = (::close(fd) == 0) && ok;
   unhold(fd_slot);
   if (!ok) errno = e;
@@ -525,7 +516,7 @@ int write_path(const char* path, const char* body, std::size_t n, bool secure, P
   bool link_refused = false;
   // Every descriptor from here on is opened and closed inside a window of
   // the fork gate where one came (Gate).
-  Gate gate{enter_window(kWindowWaitNs), -1};
+  Gate gate{pal::fork_window_wait(kWindowWaitNs), -1};
   int dfd = open_dir_of(AT_FDCWD, pb->target, pb, &links, &link_refused);
   const char* why = nullptr;
   bool ok = false;
