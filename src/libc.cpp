@@ -366,6 +366,22 @@ void* operator_new_slow(std::size_t n, std::size_t align, bool nothrow) {
   }
 }
 
+namespace {
+// Whether an mprotect or pkey_mprotect of [p, p + len) covers part of
+// lowtide's range. One of length 0 covers nothing: the kernel returns 0
+// before it looks at the range or the key (where p is page-aligned; it
+// refuses p otherwise), so taking it for one that reached the range would
+// make every later free pay an mprotect, or, with a key on a CPU without
+// keys, turn the reuse cache off, for a call that changed nothing
+// (reliability.md no. 100). Not mlock's test: mlock(p, 0) with p not
+// page-aligned locks p's page.
+bool protect_reaches_range(const void* p, std::size_t len) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const Arena& r = large::space.arena;
+  return len != 0 && r.ready() && a < r.base() + r.size() && a + len > r.base();
+}
+}  // namespace
+
 int mlock2(const void* p, std::size_t len, unsigned flags) {
   // Only a lock on the range can cover a large block (mremap keeps a
   // mapping's lock; a commit is a new, unlocked mapping): libsodium's or
@@ -380,22 +396,14 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
 // read-write can make a freed block unsafe to hand out again (a JIT's code
 // buffer, a guard page, a key); flagged before the call, so that a free
 // ordered after it by the program sees the flag (pal::writable_again).
-namespace {
-bool reaches_range(const void* p, std::size_t len) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  const Arena& r = large::space.arena;
-  return r.ready() && a < r.base() + r.size() && a + len > r.base();
-}
-}  // namespace
-
 int mprotect(void* p, std::size_t len, int prot) {
-  if (prot != (PROT_READ | PROT_WRITE) && reaches_range(p, len)) pal::note_protected(false);
+  if (prot != (PROT_READ | PROT_WRITE) && protect_reaches_range(p, len)) pal::note_protected(false);
   return pal::mprotect(p, len, prot);
 }
 
 int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
   const bool keyed = pkey != -1 && pkey != 0;
-  const bool flag = (prot != (PROT_READ | PROT_WRITE) || keyed) && reaches_range(p, len);
+  const bool flag = (prot != (PROT_READ | PROT_WRITE) || keyed) && protect_reaches_range(p, len);
   if (flag) pal::note_protected(false);
   const int r = pal::pkey_mprotect(p, len, prot, pkey);
   // Keyed only once a key may have been given: not where the kernel refused

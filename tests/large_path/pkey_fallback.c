@@ -13,6 +13,10 @@
 //    seccomp filter). glibc's pkey_mprotect with key -1 is mprotect and
 //    works there; the interposer made the system call and failed. Then a
 //    keyed call (refused) must not stop the cache either.
+//  - zero length: pkey_mprotect(p, 0, ..., key) returns 0 without looking
+//    at the key (and mprotect(p, 0, ...) changes nothing); lowtide took
+//    such a call for one that gave the block a key, and on a CPU without
+//    keys every later large free was given back (no. 100).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/filter.h>
@@ -57,9 +61,10 @@ static int refuse_pkey_mprotect(void) {
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 }
 
-enum { KEYLESS, NOSYS };
+enum { KEYLESS, NOSYS, ZERO_LENGTH };
 static const char* const names[] = {"a refused keyed pkey_mprotect, then a free",
-                                    "pkey_mprotect refused as a system call (ENOSYS)"};
+                                    "pkey_mprotect refused as a system call (ENOSYS)",
+                                    "pkey_mprotect and mprotect of length 0, then a free"};
 
 // 0: passed; 3: cannot run here (said why).
 static int run_case(int which) {
@@ -74,6 +79,14 @@ static int run_case(int which) {
       fprintf(stderr, "  pkey_mprotect with an unallocated key succeeded\n");
       return 1;
     }
+    return freed_then_reused(p, size);
+  }
+  if (which == ZERO_LENGTH) {
+    // Whatever the kernel answers (0 on Linux, any key), nothing changed:
+    // the block is still read-write with no key, and the cache serves.
+    (void)pkey_mprotect(p, 0, PROT_READ, 15);
+    (void)mprotect(p, 0, PROT_NONE);
+    ((volatile unsigned char*)p)[size - 1] = 0x11;
     return freed_then_reused(p, size);
   }
   if (refuse_pkey_mprotect() != 0) {
@@ -98,7 +111,7 @@ static int run_case(int which) {
 
 int main(void) {
   int failed = 0;
-  for (int which = KEYLESS; which <= NOSYS; ++which) {
+  for (int which = KEYLESS; which <= ZERO_LENGTH; ++which) {
     fflush(stdout);
     const pid_t pid = fork();
     if (pid < 0) return 1;
