@@ -84,8 +84,10 @@ void Arena::remove_free(std::uint32_t s) {
   if (next_[s] != kNone) prev_[next_[s]] = prev_[s];
 }
 
-std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* gap) {
+std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g, std::uint32_t* gap,
+                           bool* refused) {
   if (gap != nullptr) *gap = 0;
+  if (refused != nullptr) *refused = false;
   if (n == 0 || n > granules_ || skew_g >= n) return kNone;
   if (align_g == 0) align_g = 1;
   // No extent is aligned to more than the whole range; refusing here also
@@ -100,6 +102,7 @@ std::uint32_t Arena::alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t
       if (a + n > std::uint64_t{s} + len) continue;
       // Entries written below: up to the first granule of what is left.
       if (!open_to(static_cast<std::uint32_t>(std::min<std::uint64_t>(a + n + 1, granules_)))) {
+        if (refused != nullptr) *refused = true;
         unlock();
         return kNone;
       }

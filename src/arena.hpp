@@ -64,7 +64,12 @@ class Arena {
   // *gap granules ending at s (0: none), for the caller to give_back once s
   // is committed: gaps cut from the PROT_NONE tail would otherwise split the
   // read-write run around every aligned block for as long as it lives.
-  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g = 0, std::uint32_t* gap = nullptr);
+  // With `refused` (not null): set true where a free extent was found but
+  // the kernel refused to make its table entries read-write (open_to: an
+  // RLIMIT_DATA reached, an mprotect refused), false otherwise: kNone then
+  // means the kernel's refusal, not a range without room.
+  std::uint32_t alloc(std::uint32_t n, std::uint32_t align_g, std::uint32_t skew_g = 0, std::uint32_t* gap = nullptr,
+                      bool* refused = nullptr);
   void release(std::uint32_t start, std::uint32_t n);
   // Give the used extent [start, start+n) back with its pages dropped,
   // keeping the range's mapping count near the live blocks' (issue 14 part

@@ -244,16 +244,23 @@ void LargePath::return_to_os(Extent e, stats::Slot* st, unsigned why) {
 // right now (a decay pass), or the free neighbours any give-back holds while
 // it re-maps, or a cached block on trial in another miss (commit_warm):
 // settle waits for them, briefly, and it is tried again as each ends (a
-// spurious ENOMEM or mimalloc fallback otherwise).
+// spurious ENOMEM or mimalloc fallback otherwise). Where it finds none,
+// *why says which refusal it was, as the last attempt saw it: no_mapping
+// where room was found but the kernel refused to open its table entries
+// (Arena::alloc's `refused`: RLIMIT_DATA reached), no_room where the range
+// had none. Up to 2026-12-07 both were no_room, and a process at its
+// RLIMIT_DATA was told the 1 TiB range was full.
 std::uint32_t LargePath::alloc_room(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew,
-                                    std::uint32_t* gap) {
+                                    std::uint32_t* gap, Result* why) {
   cache::ReuseCache::Settle settle = cache_.settle_start();
-  std::uint32_t s = a_.alloc(need, align_g, skew, gap);
-  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(need, align_g, skew, gap);
+  bool refused = false;
+  std::uint32_t s = a_.alloc(need, align_g, skew, gap, &refused);
+  if (s == Arena::kNone && cache_.purge(true) != 0) s = a_.alloc(need, align_g, skew, gap, &refused);
   while (s == Arena::kNone && cache_.settle(need, align_g, skew, &settle)) {
     cache_.purge(true);  // a block back from trial is cached, not free
-    s = a_.alloc(need, align_g, skew, gap);
+    s = a_.alloc(need, align_g, skew, gap, &refused);
   }
+  *why = refused ? Result::no_mapping : Result::no_room;
   return s;
 }
 
@@ -269,8 +276,9 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   cache_.evict_for(pl->bytes, w == Warm::tried ? 0 : pl->bytes);
   std::uint32_t gap = 0;
   std::uint32_t* want_gap = ops_.drop_writable != nullptr ? &gap : nullptr;
-  std::uint32_t s = alloc_room(pl->need, pl->align_g, pl->skew, want_gap);
-  if (s == Arena::kNone) return Result::no_room;
+  Result why = Result::no_room;
+  std::uint32_t s = alloc_room(pl->need, pl->align_g, pl->skew, want_gap, &why);
+  if (s == Arena::kNone) return why;
   const Extent e{s, pl->need};
   const pal::Commit c = ops_.commit(e.base(a_), e.bytes());
   // A refused commit may have left part of the extent mapped: released
@@ -651,8 +659,9 @@ Result LargePath::find_new_extent(Change& c, Extent* to, bool* warm) {
     stats::add(c.st, stats::large_grown_into_cache, 1);
   } else {
     cache_.evict_for(c.bytes - c.old.bytes());
-    ns = alloc_room(c.need, huge_g, 0, nullptr);
-    if (ns == Arena::kNone) return Result::no_room;
+    Result why = Result::no_room;
+    ns = alloc_room(c.need, huge_g, 0, nullptr, &why);
+    if (ns == Arena::kNone) return why;
   }
   *to = Extent{ns, c.need};
   return Result::ok;

@@ -68,7 +68,8 @@ class LargePath {
   Result plan(std::size_t size, std::size_t align, Plan* pl) const;
   Extent take_cached(Plan* pl, bool for_growth);
   Result commit_fresh(Plan* pl, Extent* out, std::size_t* stale);
-  std::uint32_t alloc_room(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew, std::uint32_t* gap);
+  std::uint32_t alloc_room(std::uint32_t need, std::uint32_t align_g, std::uint32_t skew, std::uint32_t* gap,
+                           Result* why);
   enum class Warm { none, tried, done };
   Warm commit_warm(Plan* pl, Extent* out, std::size_t* stale);
   void return_to_os(Extent e, stats::Slot* st, unsigned why);  // why: a stats::Counter
