@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "large_cache.hpp"
 #include "large_path.hpp"
 #include "log.hpp"
 #include "parse.hpp"
@@ -109,6 +110,21 @@ __attribute__((noinline)) void* small_block(std::size_t n, std::size_t align, bo
   return p;
 }
 
+// mimalloc was refused memory by the kernel (after its own collect and
+// retry): the reuse cache's blocks are committed memory nobody uses, which
+// counts against the same limits (RLIMIT_DATA, overcommit mode 2's charge).
+// Given back, and the request tried once more: glibc, whose freed large
+// blocks are unmapped at free, would have had that memory. Up to
+// 2026-12-07 a small request failed with up to the cache's cap (256 MiB by
+// default) of freed blocks still held. Nothing cached: NULL, ENOMEM.
+__attribute__((noinline)) void* small_after_purge(std::size_t n, std::size_t align, bool zero) {
+  if (cache::purge(true) == 0) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return small_block(n, align, zero);
+}
+
 // realloc of large block p to n bytes on the small path: one copy of all
 // the old block's usable bytes that fit (the program may have written them
 // all, and glibc keeps them), then p goes. `why` counts it (a crossing below
@@ -183,10 +199,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   stats::count_request(st, call, n);
   if (__builtin_expect(!is_large_request(n, align), 1)) {
     void* p = (align == kMinAlign && !zero) ? small::allocate(n) : small_block(n, align, zero);
-    if (__builtin_expect(p == nullptr, 0)) {
-      errno = ENOMEM;
-      return nullptr;
-    }
+    if (__builtin_expect(p == nullptr, 0) && (p = small_after_purge(n, align, zero)) == nullptr) return nullptr;
     count_small_out(st, n, p);
     return p;
   }
@@ -199,6 +212,8 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   if (r == large::Result::ok) return p;
   if (!fall_back_after(r, n)) return nullptr;
   p = small_block(n, align, zero);
+  // (A commit the kernel refused, then mimalloc too: as above.)
+  if (p == nullptr) p = small_after_purge(n, align, zero);
   if (p != nullptr) {
     stats::add(st, stats::large_fallback, 1);
     count_small_out(st, n, p);
