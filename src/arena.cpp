@@ -67,6 +67,55 @@ bool Arena::open_to(std::uint32_t g) {
   return true;
 }
 
+std::size_t Arena::shrink_to(std::size_t keep) {
+  if (size_ == 0) return 0;
+  const std::uint32_t want = static_cast<std::uint32_t>(
+      std::min<std::size_t>(round_up(std::max(keep, kRangeAlign), kRangeAlign) >> kGranuleShift, granules_));
+  lock();
+  const std::uint32_t old_g = granules_;
+  const std::uint32_t last = tag_[old_g - 1];
+  // Only the free tail goes: a range that ends in a used extent (a block,
+  // a cached one, a run a give-back holds while it re-maps) keeps its size.
+  if ((last & kFree) == 0 || want >= old_g) {
+    unlock();
+    return 0;
+  }
+  const std::uint32_t tail = old_g - (last & kLenMask);
+  // The new end tag needs its table entries open: opened up to `want` if
+  // the kernel allows (80 KiB per 256 MiB), else the range ends where the
+  // tables are open (the tail's first granule always is: alloc opens one
+  // past what it takes).
+  (void)open_to(want);
+  const std::uint32_t open = open_.load(std::memory_order_relaxed);
+  const std::uint32_t g = std::max(tail + 1, std::min(want, open));
+  if (g >= old_g) {
+    unlock();
+    return 0;
+  }
+  remove_free(tail);
+  insert_free(tail, g - tail);
+  granules_ = g;
+  open_.store(std::min(open, g), std::memory_order_release);
+  // contains() is false past the new end from here; nothing there was live.
+  __atomic_store_n(&size_, std::size_t{g} << kGranuleShift, __ATOMIC_RELEASE);
+  unlock();
+  const std::size_t range_bytes = std::size_t{old_g - g} << kGranuleShift;
+  pal::unmap(addr(g), range_bytes);
+  // Each table's entries past g, whole pages only (the tables lie end to
+  // end: a page one shares with the next stays).
+  auto trim = [&](const void* table, std::size_t elem) {
+    const auto t = reinterpret_cast<std::uintptr_t>(table);
+    const std::uintptr_t from = (t + g * elem + pal::kPageSize - 1) & ~(pal::kPageSize - 1);
+    const std::uintptr_t to = (t + old_g * elem) & ~(pal::kPageSize - 1);
+    if (to > from) pal::unmap(reinterpret_cast<void*>(from), to - from);
+  };
+  trim(live_, sizeof live_[0]);
+  trim(tag_, sizeof tag_[0]);
+  trim(next_, sizeof next_[0]);
+  trim(prev_, sizeof prev_[0]);
+  return range_bytes;
+}
+
 void Arena::insert_free(std::uint32_t s, std::uint32_t n) {
   set_tags(s, n, kFree);
   int b = bin_of(n);

@@ -46,6 +46,15 @@ class Arena {
   bool may_hold_out() const { return lost_n_.load(std::memory_order_relaxed) < kLostMax; }
   // For tests: every extent back in (the test has mapped and released them).
   void forget_held_out();
+  // Make the range smaller, to about `keep` bytes (never below the end of
+  // its last extent that is not free, nor above what it is): the free tail
+  // beyond is unmapped, with the tables' entries for it, so that it no
+  // longer counts in the process's address space. For a program that lowers
+  // RLIMIT_AS while it runs (libc::limit_address_space): the reservation,
+  // made at start-up for a process without that limit, counts in full
+  // against it although it commits nothing. Returns the bytes unmapped (0:
+  // none, where the range ends in a used or held extent). Takes the lock.
+  std::size_t shrink_to(std::size_t keep);
   static constexpr int kHeldOut = 32;
   static constexpr int kLostMax = 16;
   bool ready() const { return size_ != 0; }

@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <new>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 
 #include "init.hpp"
@@ -94,6 +95,28 @@ LT_EXPORT int mlock2(const void* p, std::size_t len, unsigned int flags) noexcep
 LT_EXPORT int mprotect(void* p, std::size_t len, int prot) noexcept { return lowtide::libc::mprotect(p, len, prot); }
 LT_EXPORT int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) noexcept {
   return lowtide::libc::pkey_mprotect(p, len, prot, pkey);
+}
+// Interposed to cut lowtide's range to a lower RLIMIT_AS first (libc.hpp).
+// By their symbol names: with _FILE_OFFSET_BITS=64 glibc's header makes
+// `setrlimit` and `prlimit` in C++ names for setrlimit64 and prlimit64.
+// rlimit and rlimit64 are one layout on x86-64 (64-bit rlim_t), as glibc's
+// own setrlimit64 and prlimit64 take them.
+static_assert(sizeof(struct rlimit) == 16 && sizeof(rlim_t) == 8, "rlimit is not rlimit64's layout");
+LT_EXPORT int lt_setrlimit(int resource, const struct rlimit* rl) noexcept __asm__("setrlimit");
+LT_EXPORT int lt_setrlimit64(int resource, const struct rlimit* rl) noexcept __asm__("setrlimit64");
+LT_EXPORT int lt_prlimit(pid_t pid, int resource, const struct rlimit* nl, struct rlimit* ol) noexcept
+    __asm__("prlimit");
+LT_EXPORT int lt_prlimit64(pid_t pid, int resource, const struct rlimit* nl, struct rlimit* ol) noexcept
+    __asm__("prlimit64");
+int lt_setrlimit(int resource, const struct rlimit* rl) noexcept { return lowtide::libc::prlimit(0, resource, rl, nullptr); }
+int lt_setrlimit64(int resource, const struct rlimit* rl) noexcept {
+  return lowtide::libc::prlimit(0, resource, rl, nullptr);
+}
+int lt_prlimit(pid_t pid, int resource, const struct rlimit* nl, struct rlimit* ol) noexcept {
+  return lowtide::libc::prlimit(pid, resource, nl, ol);
+}
+int lt_prlimit64(pid_t pid, int resource, const struct rlimit* nl, struct rlimit* ol) noexcept {
+  return lowtide::libc::prlimit(pid, resource, nl, ol);
 }
 // Interposed for one look at AT_SECURE before libmimalloc reads its
 // variables (init.hpp).

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <climits>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cstdio>
@@ -413,6 +414,32 @@ int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
   // Before the call returns, so a free the program orders after it sees it.
   if (flag && keyed && (r == 0 || (errno != EINVAL && errno != ENOSYS))) pal::note_protected(true);
   return r;
+}
+
+int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit* old_limit) {
+  // The range reserved at start-up (1 TiB by default: PROT_NONE, nothing
+  // committed) counts in full against an address-space limit. Set before
+  // lowtide starts (ulimit -v), it is reserved at an eighth of the limit
+  // (init.cpp); set while the process runs (Python's
+  // resource.setrlimit(RLIMIT_AS, ...), a test harness, a worker capping
+  // itself at a few GiB), every later mmap was refused, mimalloc's too:
+  // small blocks failed after ~30 MiB under a limit of 4 GiB
+  // (reliability.md no. 103). So where the range alone is larger than the
+  // new limit (no program can have meant to count it then), its free tail
+  // is cut to the same eighth first, keeping every extent in use. A limit
+  // above the range is left to mean what it says: one set from the
+  // process's address space as it is (what is mapped now, plus some),
+  // counting the range, would otherwise get the range's space on top and
+  // limit nothing (security/report_oom caps the address space at what is
+  // mapped and allocates until refused). Only the process's own limit, and
+  // only its soft value (what the kernel checks); cut even if the call is
+  // then refused (a hard limit raised without the right), which costs
+  // only range.
+  if (resource == RLIMIT_AS && new_limit != nullptr && new_limit->rlim_cur != RLIM_INFINITY &&
+      (pid == 0 || pid == ::getpid()) && large::space.arena.ready() &&
+      large::space.arena.size() > new_limit->rlim_cur)
+    large::space.arena.shrink_to(static_cast<std::size_t>(new_limit->rlim_cur / 8));
+  return pal::prlimit(pid, resource, new_limit, old_limit);
 }
 
 int mlockall(int flags) {

@@ -17,6 +17,8 @@
 #include "state.hpp"
 #include "stats.hpp"
 
+struct rlimit;
+
 namespace lowtide::libc {
 
 // Everything but the common case: not yet initialised, forwarding, large,
@@ -189,6 +191,10 @@ int mlock2(const void* p, std::size_t len, unsigned flags);
 // read-write again before the reuse cache keeps them (pal::writable_again).
 int mprotect(void* p, std::size_t len, int prot);
 int pkey_mprotect(void* p, std::size_t len, int prot, int pkey);
+// The interposed setrlimit/prlimit: a program that lowers its own
+// RLIMIT_AS while it runs has lowtide's range cut to fit it first
+// (Arena::shrink_to), as a limit present at start-up has it reserved.
+int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit* old_limit);
 
 void* calloc(std::size_t n, std::size_t size);
 // realloc's every case but the common one below (a null p, n = 0, a

@@ -248,6 +248,10 @@ int pkey_mprotect(void* p, std::size_t len, int prot, int pkey) {
   return ::syscall(SYS_pkey_mprotect, p, len, prot, pkey) == 0 ? 0 : -1;
 }
 
+int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit* old_limit) {
+  return ::syscall(SYS_prlimit64, pid, resource, new_limit, old_limit) == 0 ? 0 : -1;
+}
+
 bool writable_again(void* p, std::size_t len) {
   const int k = protected_kind.load(std::memory_order_seq_cst);
   if (k == 0) return true;

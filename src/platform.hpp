@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdint>
 
+struct rlimit;
+
 namespace lowtide::pal {
 
 constexpr std::size_t kPageSize = 4096;
@@ -161,6 +163,9 @@ void note_locked();
 void note_protected(bool keyed);
 int mprotect(void* p, std::size_t len, int prot);
 int pkey_mprotect(void* p, std::size_t len, int prot, int pkey);
+// prlimit for the interposed setrlimit/prlimit (and their 64 forms, the
+// same on x86-64): the system call (prlimit64), 0 or -1 with errno.
+int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit* old_limit);
 bool writable_again(void* p, std::size_t len);
 // Grow the mapping [p, p+len) in place to new_len as the same mapping
 // (munmap of [p+len, p+new_len), then mremap without MREMAP_MAYMOVE): a

@@ -20,7 +20,9 @@ as ldd resolves them), keeps the allocation family, and asserts:
     mlockall/munlockall (MCL_FUTURE decides how frees release: platform.hpp),
     mlock/mlock2 (locked memory turns off growth by mremap),
     mprotect/pkey_mprotect (a freed block the program took write permission
-    from is made writable before it is cached: platform.hpp) and
+    from is made writable before it is cached: platform.hpp),
+    setrlimit/setrlimit64/prlimit/prlimit64 (a lower RLIMIT_AS has the
+    large-block range cut to fit it: libc.hpp) and
     __register_atfork (lowtide's fork handlers registered first: init.hpp);
  4. it needs no library but libc.so.6 and libmimalloc.so.2 (DT_NEEDED).
 
@@ -205,8 +207,11 @@ def main():
     # mprotect/pkey_mprotect: a large block freed without write permission
     # is made writable again before the reuse cache keeps it
     # (src/platform.hpp writable_again).
+    # setrlimit/prlimit and their 64 forms: a lower RLIMIT_AS has lowtide's
+    # range cut to fit it first (src/libc.hpp prlimit).
     EXIT_HOOKS = {"_exit", "_Exit", "sigaction", "signal", "__cxa_atexit", "mlockall", "munlockall",
-                  "mlock", "mlock2", "mprotect", "pkey_mprotect", "__register_atfork"}
+                  "mlock", "mlock2", "mprotect", "pkey_mprotect", "__register_atfork",
+                  "setrlimit", "setrlimit64", "prlimit", "prlimit64"}
     missing_hooks = EXIT_HOOKS - set(mine)
     for name in sorted(missing_hooks):
         failures.append("missing exit hook export: %s" % name)
