@@ -433,6 +433,46 @@ void format_prom(Out& o, const Data& d) {
   format_prometheus(o, p);
 }
 
+// While a report is formatted, its own helpers allocate on this thread:
+// libdw naming the call sites' frames (with compressed debug sections, such
+// as Debian's -dbg packages, large buffers) and the C++ demangler. Their
+// calls and bytes are not the program's: counted as its own, every report
+// after the first showed them (calls, histogram, a site in libelf) and the
+// large peak they raised (docs/reliability.md no. 110). From here to the
+// end of the report: no large peak raised and no site captured on this
+// thread (t_local.in_report), and what it counted taken back at the end
+// (stats::take_back_own, after the Session's dwfl_end), as is the
+// sampler's countdown; the blocks the helpers keep for good stay counted
+// as live. Not taken back: bytes given back to the OS, the reuse cache's
+// own figures (blocks the helpers freed may sit there, real memory held)
+// and mimalloc's commit. Only where the
+// report may allocate (demangle: not from _exit or a signal handler);
+// never nested (a signal handler's report inside one leaves it be).
+class OwnCounts {
+ public:
+  explicit OwnCounts(bool may_allocate) : on_(may_allocate && t_local.in_report == 0) {
+    if (!on_) return;
+    stats::mark_own(&mark_);
+    site_left_ = t_local.site_left;
+    t_local.in_report = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~OwnCounts() {
+    if (!on_) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_local.in_report = 0;
+    t_local.site_left = site_left_;
+    stats::take_back_own(mark_);
+  }
+  OwnCounts(const OwnCounts&) = delete;
+  OwnCounts& operator=(const OwnCounts&) = delete;
+
+ private:
+  bool on_;
+  std::int64_t site_left_ = 0;
+  stats::OwnMark mark_;
+};
+
 bool has_pid_pattern(const char* pattern) {
   for (const char* s = pattern; *s; ++s) {
     if (s[0] == '%' && s[1] == '%') ++s;
@@ -466,6 +506,7 @@ int write_impl(const char* path, int format, const Context& ctx) {
     } else {
       new (d) Data{};
       gather(d, scratch, ctx);
+      OwnCounts own(ctx.demangle);
       // libdw's names for this report's frames (it mallocs: not from _exit);
       // from _exit or a signal handler (at_exit without demangling) not
       // even dladdr's (the loader's lock may be held by a dlopen for good).
@@ -518,6 +559,7 @@ int json_now(Sink sink, void* arg) {
   }
   new (d) Data{};
   gather(d, scratch, ctx);
+  OwnCounts own(ctx.demangle);  // the demangler's allocations
   std::size_t room = 0;
   char* buf = scratch.rest(&room);
   Out json(buf, room);

@@ -339,8 +339,9 @@ void maybe_snapshot() {
 
 Sample sample_slow(std::size_t size) {
   ThreadLocal& t = t_local;
-  // libunwind may allocate: such a nested large block gets no site.
-  if (t.in_capture || !expired(t)) return {0, 0};
+  // libunwind may allocate: such a nested large block gets no site; nor
+  // does a report's own helpers' (libdw's), which are not the program's.
+  if (t.in_capture || t.in_report || !expired(t)) return {0, 0};
   Sample out{capture_site(t), weight_of(size)};
   if (out.site == 0) out.weight = 0;
   return out;
@@ -348,7 +349,7 @@ Sample sample_slow(std::size_t size) {
 
 Sample grow_slow(const BlockHeader* h, const void* user, std::size_t grown) {
   ThreadLocal& t = t_local;
-  if (t.in_capture || !expired(t)) return {0, 0};
+  if (t.in_capture || t.in_report || !expired(t)) return {0, 0};
   // A block that has a site keeps it: no unwinding. (The header is the
   // host's to overwrite: an id it could have garbled is checked first.)
   std::uint32_t id = header_valid(h, user) ? h->site : 0;

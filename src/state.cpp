@@ -19,7 +19,7 @@ small::ThreadCache* const kParkedCache = &parked_slot.cache;
 // only after relocation, and new threads copy the relocated image).
 __thread ThreadLocal t_local __attribute__((tls_model("initial-exec"))) = {
     .stats = nullptr, .tid = 0, .in_init = 0, .in_capture = 0, .site_left = 0, .site_rng = 0, .errno_ptr = nullptr,
-    .cache = &parked_slot.cache, .cache_armed = 0};
+    .cache = &parked_slot.cache, .cache_armed = 0, .in_report = 0};
 
 std::uint32_t current_tid() {
   if (t_local.tid == 0) t_local.tid = static_cast<std::uint32_t>(pal::current_tid());

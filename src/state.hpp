@@ -61,6 +61,12 @@ struct ThreadLocal {
   // destructor; cleared by that destructor)? libc.hpp's free opens it once
   // the thread has made kCacheWarm frees.
   std::uint8_t cache_armed;
+  // This thread is formatting a report (report.cpp, OwnCounts): what the
+  // report's own helpers allocate (libdw naming frames, the demangler) is
+  // not the program's. It raises no large peak (stats::large_live_add) and
+  // is captured at no site (sites.cpp); the thread's counters are taken
+  // back when the report is formatted.
+  std::uint8_t in_report;
 };
 static_assert(sizeof(ThreadLocal) <= 64, "initial-exec TLS must stay tiny");
 extern __thread ThreadLocal t_local __attribute__((tls_model("initial-exec")));

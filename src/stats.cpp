@@ -381,12 +381,57 @@ void large_live_add(std::size_t bytes) {
   std::uint64_t now = large_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   // Here a reader sees the live bytes above their peak (large_live_peak).
   if (__builtin_expect(large_live_hook != nullptr, 0)) large_live_hook();
+  // A report's own helpers (t_local.in_report) raise no peak: the program
+  // never held their blocks, nearly all freed before the report is done
+  // (any kept for good are live, and a reading's peak is never below live).
+  if (t_local.in_report != 0) return;
   std::uint64_t peak = large_peak.load(std::memory_order_relaxed);
   while (now > peak && !large_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
 }
 
 void large_live_sub(std::size_t bytes) { large_live.fetch_sub(bytes, std::memory_order_relaxed); }
+
+void mark_own(OwnMark* m) {
+  Slot* s = t_local.stats;
+  m->slot = s;
+  for (unsigned i = 0; i < kCounters; ++i) m->c[i] = s != nullptr ? s->c[i] : 0;
+  for (unsigned i = 0; i < kHistBuckets; ++i) m->hist[i] = s != nullptr ? s->hist[i] : 0;
+}
+
+// What the thread counted since the mark, taken back (modulo 2^64, as
+// uncount_request does; the calls before their buckets, as when counting),
+// but for what it leaves: blocks still live (the helpers keep some for
+// good: libdw's first use of debuginfod initialises libcurl and OpenSSL)
+// stay counted as handed out, so that the totals' live bytes and blocks
+// stay what the process holds (and large_live's); only the bytes and
+// blocks both handed out and freed since the mark are taken off both. The
+// bytes given back to the OS stay counted: they were. A slot other than
+// the mark's (the thread's first call came after it) is this thread's all
+// the same, taken from zero as marked; the out-of-memory slot is shared,
+// and left alone.
+void take_back_own(const OwnMark& m) {
+  Slot* s = t_local.stats;
+  if (s == nullptr || s == &overflow_slot || (m.slot != nullptr && s != m.slot)) return;
+  std::uint64_t back[kCounters];
+  for (unsigned i = 0; i < kCounters; ++i) back[i] = s->c[i] - m.c[i];
+  for (Counter k : kReturnedParts) back[k] = 0;
+  const auto churn = [&](Counter out, Counter freed) {
+    const std::uint64_t both = back[out] < back[freed] ? back[out] : back[freed];
+    back[out] = both;
+    back[freed] = both;
+  };
+  churn(small_out, small_freed);
+  churn(large_out, large_freed);
+  churn(large_maps, large_unmaps);
+  // Backwards: each path's freed before its handed out (and unmaps before
+  // maps), so that a reader meanwhile sees live bytes too high for an
+  // instant, never below what is live.
+  for (unsigned i = kCounters; i-- > 0;)
+    if (back[i] != 0) bump(&s->c[i], std::uint64_t{0} - back[i]);
+  std::atomic_signal_fence(std::memory_order_release);
+  for (unsigned i = 0; i < kHistBuckets; ++i) bump(&s->hist[i], m.hist[i] - s->hist[i]);
+}
 
 std::size_t registry_size() {
   return __atomic_load_n(&nrows, __ATOMIC_RELAXED) + 1;

@@ -204,6 +204,19 @@ std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak c
 // Both for a report: the peak never below the live value read with it.
 void large_live_peak(std::uint64_t* live, std::uint64_t* peak);
 
+// What the calling thread has counted so far (mark_own), to be taken back
+// later (take_back_own): a report's own helpers (libdw naming frames, the
+// demangler) allocate on the reporting thread, and their calls and bytes
+// are not the program's (report.cpp, OwnCounts). Only the owner writes its
+// slot, so taking back is a few unlocked adds, as counting is.
+struct OwnMark {
+  Slot* slot;  // the thread's slot at the mark (null: none yet, all zero)
+  std::uint64_t c[kCounters];
+  std::uint64_t hist[kHistBuckets];
+};
+void mark_own(OwnMark* m);
+void take_back_own(const OwnMark& m);
+
 // --- reading ---------------------------------------------------------------
 
 struct ThreadRow {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "state.hpp"
 #include "stats.hpp"
 
 namespace stats = lowtide::stats;
@@ -169,4 +170,76 @@ TEST_CASE("a reading between a new live high and its peak never shows a peak bel
   stats::large_live_peak(&live, &peak);
   CHECK(peak == raw_live);
   stats::large_live_sub(bytes);
+}
+
+// A report's own helpers (libdw, the demangler) allocate on the reporting
+// thread (no. 110): what they counted is taken back when the report is
+// done, but for the blocks they keep, which stay handed out (the totals'
+// live bytes are the process's), and the bytes they gave back to the OS.
+TEST_CASE("take_back_own: a report's helpers' calls go, the blocks they keep stay live (no. 110)") {
+  std::unique_ptr<stats::Slot> owned{new stats::Slot{}};
+  stats::Slot& slot = *owned;
+  lowtide::ThreadLocal& t = lowtide::t_local;
+  stats::Slot* const was = t.stats;
+  t.stats = &slot;
+  // What the program counted before the report.
+  slot.c[stats::malloc_calls] = 10;
+  slot.c[stats::free_calls] = 4;
+  slot.c[stats::small_requested] = 1000;
+  slot.c[stats::small_out] = 1200;
+  slot.c[stats::small_freed] = 300;
+  slot.c[stats::large_out] = 5u << 20;
+  slot.c[stats::large_maps] = 5;
+  slot.hist[kBucket] = 10;
+  stats::OwnMark mark;
+  stats::mark_own(&mark);
+  // The helpers: 100 small blocks of 64 B, 96 freed (4 kept); two large
+  // blocks of 1 MiB, one freed and given back; a realloc.
+  slot.c[stats::malloc_calls] += 102;
+  slot.c[stats::realloc_calls] += 1;
+  slot.c[stats::free_calls] += 97;
+  slot.c[stats::small_requested] += 6400;
+  slot.c[stats::small_out] += 6400;
+  slot.c[stats::small_freed] += 96 * 64;
+  slot.c[stats::large_requested] += 2u << 20;
+  slot.c[stats::large_out] += 2u << 20;
+  slot.c[stats::large_freed] += 1u << 20;
+  slot.c[stats::large_maps] += 2;
+  slot.c[stats::large_unmaps] += 1;
+  slot.c[stats::large_released_free] += 1u << 20;
+  slot.hist[kBucket] += 103;
+  stats::take_back_own(mark);
+  t.stats = was;
+  CHECK(slot.c[stats::malloc_calls] == 10);
+  CHECK(slot.c[stats::realloc_calls] == 0);
+  CHECK(slot.c[stats::free_calls] == 4);
+  CHECK(slot.c[stats::small_requested] == 1000);
+  CHECK(slot.hist[kBucket] == 10);
+  // The 4 small blocks and the large one kept are still handed out.
+  CHECK(slot.c[stats::small_freed] == 300);
+  CHECK(slot.c[stats::small_out] == 1200 + 4 * 64);
+  CHECK(slot.c[stats::large_requested] == 0);
+  CHECK(slot.c[stats::large_freed] == 0);
+  CHECK(slot.c[stats::large_out] == (5u << 20) + (1u << 20));
+  CHECK(slot.c[stats::large_maps] == 6);
+  CHECK(slot.c[stats::large_unmaps] == 0);
+  // Given back to the OS: it was.
+  CHECK(slot.c[stats::large_released_free] == (1u << 20));
+}
+
+TEST_CASE("a report's helpers' large blocks raise no peak (no. 110)") {
+  std::uint64_t live = 0, peak = 0;
+  stats::large_live_peak(&live, &peak);
+  const std::size_t bytes = static_cast<std::size_t>(peak - live) + (1u << 20);
+  lowtide::t_local.in_report = 1;
+  stats::large_live_add(bytes);
+  lowtide::t_local.in_report = 0;
+  std::uint64_t live2 = 0, peak2 = 0;
+  CHECK(stats::large_peak_now() == peak);  // the raw peak: not raised
+  stats::large_live_peak(&live2, &peak2);
+  CHECK(live2 == live + bytes);  // the bytes are live all the same
+  stats::large_live_sub(bytes);
+  stats::large_live_peak(&live2, &peak2);
+  CHECK(live2 == live);
+  CHECK(peak2 == peak);
 }
