@@ -44,11 +44,24 @@ void ReuseCache::account_time(std::uint64_t now) {  // under mu_
 
 // Lock-free, for the report (which may run in a signal handler): the three
 // views may be a change apart, a few milliseconds of one level at most.
+// Never less than a value it returned before (docs/reliability.md no.
+// 111): a change accounts the time up to the `now` its thread read before
+// it took the lock, which may be earlier than the `now` of a reading made
+// meanwhile. That reading counted the old level up to its own time; once
+// the change has lowered the level from its earlier time on (a purge, a
+// take), the next reading summed less, and a Prometheus counter that goes
+// down is a reset to rate(). The three loads here, not one reading, could
+// do the same. So the sum is taken as at least the last one returned: a
+// reading ahead of the level's true integral holds until it catches up.
 std::uint64_t ReuseCache::byte_seconds(std::uint64_t now) const {
   double v = byte_ns_.load(std::memory_order_relaxed);
   const std::uint64_t then = changed_ns_.load(std::memory_order_relaxed);
   if (now > then) v += static_cast<double>(cached_bytes()) * static_cast<double>(now - then);
-  return static_cast<std::uint64_t>(v / 1e9);
+  const auto sum = static_cast<std::uint64_t>(v / 1e9);
+  std::uint64_t seen = seconds_seen_.load(std::memory_order_relaxed);
+  while (sum > seen && !seconds_seen_.compare_exchange_weak(seen, sum, std::memory_order_relaxed)) {
+  }
+  return sum > seen ? sum : seen;
 }
 
 // A block was reused `age` after it was freed (a take, or a miss a block

@@ -435,6 +435,9 @@ class ReuseCache {
   std::atomic<std::size_t> peak_view_{0};
   std::atomic<double> byte_ns_{0};            // written under mu_
   std::atomic<std::uint64_t> changed_ns_{0};  // written under mu_
+  // The most byte_seconds has returned: it never returns less (it is a
+  // counter: Prometheus's lowtide_large_cached_byte_seconds_total).
+  mutable std::atomic<std::uint64_t> seconds_seen_{0};
 };
 
 // The process's cache (large::space.arena, CLOCK_MONOTONIC, pal::decommit), wired in

@@ -823,6 +823,26 @@ TEST_CASE("cache: byte_seconds integrates what the cache held over time") {
   CHECK(r.c.byte_seconds(fake_now) == 3 * e.bytes());
 }
 
+// A change accounts time up to the `now` its thread read before the lock;
+// a reading made meanwhile (a report, at a later `now`) counted the old
+// level further. Once the change lowered the level from its earlier time
+// on, the sum read next was below the one read before: a counter going
+// down (no. 111).
+TEST_CASE("cache: byte_seconds never goes down when a change's time is older than a reading's") {
+  Rig r(64 * G);
+  Extent e = r.used(4);
+  fake_now = 1'000'000'000;  // 1 s
+  REQUIRE(r.put(e));
+  const std::uint64_t read = r.c.byte_seconds(10'000'000'000);  // a report at 10 s: held 9 s
+  CHECK(read == 9 * e.bytes());
+  fake_now = 5'000'000'000;  // a purge whose thread read the time at 5 s, then waited for the lock
+  r.c.purge(true);
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(r.c.byte_seconds(11'000'000'000) >= read);  // 4 s of it before
+  fake_now = 20'000'000'000;
+  CHECK(r.c.byte_seconds(20'000'000'000) >= read);
+}
+
 TEST_CASE("cache: trimming within an entry's last granule takes it whole, never leaves an empty entry") {
   Rig r(64 * G);
   Extent a = r.used(4), b = r.used(4);
