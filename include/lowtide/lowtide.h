@@ -35,7 +35,13 @@ int lowtide_get_stats(struct lowtide_stats* stats);
  * build the struct at run time (python/lowtide.py). */
 const char* lowtide_stats_fields(void);
 
-enum { LOWTIDE_REPORT_CONFIGURED = 0, LOWTIDE_REPORT_TEXT = 1, LOWTIDE_REPORT_JSON = 2, LOWTIDE_REPORT_BOTH = 3 };
+enum {
+  LOWTIDE_REPORT_CONFIGURED = 0,
+  LOWTIDE_REPORT_TEXT = 1,
+  LOWTIDE_REPORT_JSON = 2,
+  LOWTIDE_REPORT_BOTH = 3,
+  LOWTIDE_REPORT_PROMETHEUS = 4
+};
 
 /* Write a report now to path ("%p" = pid, "%%" = "%"; NULL = the configured
  * LOWTIDE_STATS_FILE, stderr by default). 0 on success, -1 with errno. */

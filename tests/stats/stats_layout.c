@@ -13,6 +13,13 @@
 
 #include "lowtide/lowtide.h"
 
+/* The report formats lowtide_write_report takes, by the names docs/report.md
+ * gives them (LOWTIDE_REPORT_PROMETHEUS was documented, and accepted as 4,
+ * before the header had it: docs/reliability.md no. 112). */
+_Static_assert(LOWTIDE_REPORT_CONFIGURED == 0 && LOWTIDE_REPORT_TEXT == 1 && LOWTIDE_REPORT_JSON == 2 &&
+                   LOWTIDE_REPORT_BOTH == 3 && LOWTIDE_REPORT_PROMETHEUS == 4,
+               "the report formats of lowtide.h");
+
 struct lowtide_stats_0_1 {
   size_t size;
   uint64_t malloc_calls, calloc_calls, realloc_calls, aligned_calls, free_calls;
