@@ -409,8 +409,11 @@ def render(doc, nthreads=5, nsites=5):
     out.append("%-20s %12s   (%s)" % ("RSS", human(mem["rss"]), mem["rss_source"]))
     for label, v, note in parts(mem):
         out.append("  %-18s %12s   %s" % (label, human(v), note))
+    # How the process counts its resident pages (src/platform.cpp): by
+    # PAGEMAP_SCAN from Linux 6.7, by mincore before it or where the scan
+    # is refused; which one, the answer does not say.
     out.append("  (the parts add up to RSS: \"other\" is what is left; each part is resident pages, "
-               "counted with mincore)")
+               "read from the page tables)")
     rows = top_threads(rep, nthreads)
     if rows:
         out.append("")
