@@ -29,7 +29,6 @@
 #include "small_path.hpp"
 #include "stats.hpp"
 
-extern char** environ;
 extern "C" void* __dso_handle __attribute__((visibility("hidden")));  // this object's (crtbegin)
 
 namespace lowtide {
@@ -168,7 +167,9 @@ void init_once() {
   // looks at MIMALLOC_* (see small_path.hpp for what an earlier start of
   // mimalloc leaves behind).
   if (secure) small::ignore_environment();
-  load_config(&g.config, environ, secure, &warn_option, &warn_unknown, &warn_duplicate);
+  // (Not environ itself: a first malloc from a program's .preinit_array
+  // comes before libc sets it, and every LOWTIDE_* setting was ignored.)
+  load_config(&g.config, pal::initial_environ(), secure, &warn_option, &warn_unknown, &warn_duplicate);
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
   small::configure();

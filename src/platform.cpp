@@ -33,6 +33,9 @@
 #define MREMAP_DONTUNMAP 4
 #endif
 
+// ld.so's (GLIBC_2.2.5): the initial stack pointer (initial_environ).
+extern "C" __attribute__((weak)) void* __libc_stack_end;
+
 namespace lowtide::pal {
 
 namespace {
@@ -1637,6 +1640,20 @@ std::uint64_t random_u64() {
   v ^= v >> 33;
   errno = saved;
   return v;
+}
+
+const char* const* initial_environ() {
+  if (environ != nullptr) return environ;
+  // ld.so sets it, before any code of the program runs, to the initial
+  // stack pointer: argc, argv[0..argc), NULL, then envp. (A weak
+  // reference: where it is missing the defaults apply, as before.)
+  if (&__libc_stack_end == nullptr || __libc_stack_end == nullptr) return nullptr;
+  const auto* sp = static_cast<const std::uintptr_t*>(__libc_stack_end);
+  const std::uintptr_t argc = sp[0];
+  if (argc > (std::uintptr_t{1} << 24)) return nullptr;  // not the layout expected
+  const auto* argv = reinterpret_cast<const char* const*>(sp + 1);
+  if (argv[argc] != nullptr) return nullptr;
+  return argv + argc + 1;
 }
 
 }  // namespace lowtide::pal

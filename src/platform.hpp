@@ -444,6 +444,13 @@ int start_thread(void* (*fn)(void*), void* arg, std::size_t need);
 bool readable_by_own_uid();
 // Resident set size in bytes from /proc/self/statm, 0 if unreadable.
 std::size_t rss_bytes();
+// The process's environment as the kernel gave it: environ, or, where
+// the first allocation comes before libc has set environ (a program's
+// .preinit_array runs before any library's initialiser, libc's among them:
+// environ is NULL there), the array on the initial stack, after argc and
+// argv (the System V ABI's layout, found from ld.so's __libc_stack_end).
+// nullptr if neither is known.
+const char* const* initial_environ();
 // The machine's RAM in bytes (sysinfo), 0 if unknown.
 std::uint64_t ram_bytes();
 int current_tid();
