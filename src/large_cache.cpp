@@ -45,7 +45,7 @@ void ReuseCache::account_time(std::uint64_t now) {  // under mu_
 // Lock-free, for the report (which may run in a signal handler): the three
 // views may be a change apart, a few milliseconds of one level at most.
 // Never less than a value it returned before (docs/reliability.md no.
-// 111): a change accounts the time up to the `now` its thread read before
+// 105): a change accounts the time up to the `now` its thread read before
 // it took the lock, which may be earlier than the `now` of a reading made
 // meanwhile. That reading counted the old level up to its own time; once
 // the change has lowered the level from its earlier time on (a purge, a

@@ -438,21 +438,23 @@ void format_prom(Out& o, const Data& d) {
 // as Debian's -dbg packages, large buffers) and the C++ demangler. Their
 // calls and bytes are not the program's: counted as its own, every report
 // after the first showed them (calls, histogram, a site in libelf) and the
-// large peak they raised (docs/reliability.md no. 110). From here to the
-// end of the report: no large peak raised and no site captured on this
-// thread (t_local.in_report), and what it counted taken back at the end
-// (stats::take_back_own, after the Session's dwfl_end), as is the
-// sampler's countdown; the blocks the helpers keep for good stay counted
-// as live. Not taken back: bytes given back to the OS, the reuse cache's
-// own figures (blocks the helpers freed may sit there, real memory held)
-// and mimalloc's commit. Only where the
-// report may allocate (demangle: not from _exit or a signal handler);
-// never nested (a signal handler's report inside one leaves it be).
+// large peak they raised (docs/reliability.md no. 104). From here to the
+// end of the report (the Session's dwfl_end included): no large peak
+// raised and no site captured on this thread (t_local.in_report), the
+// sampler's countdown kept, and its counting done in a scratch slot no
+// reader sees (stats::begin_own), of which only the blocks the helpers
+// keep for good and the bytes given back to the OS are added to the
+// thread's counters at the end (only additions: a counter never goes down
+// for a reader meanwhile). Not taken back: the reuse cache's own figures
+// (blocks the helpers freed may sit there, real memory held) and
+// mimalloc's commit. Only where the report may allocate (demangle: not
+// from _exit or a signal handler); never nested (a signal handler's report
+// inside one leaves it be: its counts go to the same scratch slot).
 class OwnCounts {
  public:
   explicit OwnCounts(bool may_allocate) : on_(may_allocate && t_local.in_report == 0) {
     if (!on_) return;
-    stats::mark_own(&mark_);
+    stats::begin_own(&own_);
     site_left_ = t_local.site_left;
     t_local.in_report = 1;
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -462,7 +464,7 @@ class OwnCounts {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t_local.in_report = 0;
     t_local.site_left = site_left_;
-    stats::take_back_own(mark_);
+    stats::end_own(&own_);
   }
   OwnCounts(const OwnCounts&) = delete;
   OwnCounts& operator=(const OwnCounts&) = delete;
@@ -470,7 +472,7 @@ class OwnCounts {
  private:
   bool on_;
   std::int64_t site_left_ = 0;
-  stats::OwnMark mark_;
+  stats::OwnScratch own_;
 };
 
 bool has_pid_pattern(const char* pattern) {

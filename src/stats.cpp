@@ -392,45 +392,52 @@ void large_live_add(std::size_t bytes) {
 
 void large_live_sub(std::size_t bytes) { large_live.fetch_sub(bytes, std::memory_order_relaxed); }
 
-void mark_own(OwnMark* m) {
-  Slot* s = t_local.stats;
-  m->slot = s;
-  for (unsigned i = 0; i < kCounters; ++i) m->c[i] = s != nullptr ? s->c[i] : 0;
-  for (unsigned i = 0; i < kHistBuckets; ++i) m->hist[i] = s != nullptr ? s->hist[i] : 0;
+void begin_own(OwnScratch* o) {
+  // Attached first (slot() sets the thread's errno pointer too, which the
+  // counting paths use once a slot is there).
+  o->real = slot();
+  o->scratch = Slot{};
+  o->cache = t_local.cache;
+  o->armed = t_local.cache_armed;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // The fast paths count through the thread's cache (slot_of): parked, they
+  // count into the parked slot, which no reader sees, and miss to the
+  // uncached paths, which count from t_local.stats, the scratch slot. Not
+  // armed: no cache opens in the scratch slot (its blocks would be lost
+  // with it); the thread's own cache keeps its blocks meanwhile.
+  t_local.cache_armed = 0;
+  t_local.cache = kParkedCache;
+  t_local.stats = &o->scratch;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
-// What the thread counted since the mark, taken back (modulo 2^64, as
-// uncount_request does; the calls before their buckets, as when counting),
-// but for what it leaves: blocks still live (the helpers keep some for
-// good: libdw's first use of debuginfod initialises libcurl and OpenSSL)
-// stay counted as handed out, so that the totals' live bytes and blocks
-// stay what the process holds (and large_live's); only the bytes and
-// blocks both handed out and freed since the mark are taken off both. The
-// bytes given back to the OS stay counted: they were. A slot other than
-// the mark's (the thread's first call came after it) is this thread's all
-// the same, taken from zero as marked; the out-of-memory slot is shared,
-// and left alone.
-void take_back_own(const OwnMark& m) {
-  Slot* s = t_local.stats;
-  if (s == nullptr || s == &overflow_slot || (m.slot != nullptr && s != m.slot)) return;
-  std::uint64_t back[kCounters];
-  for (unsigned i = 0; i < kCounters; ++i) back[i] = s->c[i] - m.c[i];
-  for (Counter k : kReturnedParts) back[k] = 0;
-  const auto churn = [&](Counter out, Counter freed) {
-    const std::uint64_t both = back[out] < back[freed] ? back[out] : back[freed];
-    back[out] = both;
-    back[freed] = both;
+// Only additions, so that no reader ever sees a counter go down (a
+// Prometheus counter that falls is a reset to rate()): of each pair, the
+// side that outweighs the other, by the difference. What the helpers keep
+// for good (libdw's first use of debuginfod initialises libcurl and
+// OpenSSL) stays counted as handed out, so that the totals' live bytes and
+// blocks stay what the process holds (and large_live's); what they freed
+// of blocks handed out before (none known) as freed. The bytes given back
+// to the OS are added whole: they were. Calls, histogram, bytes asked for
+// and the rest are dropped with the scratch slot.
+void end_own(OwnScratch* o) {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_local.stats = o->real;
+  t_local.cache = o->cache;
+  t_local.cache_armed = o->armed;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Slot* s = o->real;
+  if (s == nullptr) return;
+  const Slot& w = o->scratch;
+  const auto fold = [&](Counter out, Counter freed) {
+    if (w.c[out] > w.c[freed]) bump(&s->c[out], w.c[out] - w.c[freed]);
+    else if (w.c[freed] > w.c[out]) bump(&s->c[freed], w.c[freed] - w.c[out]);
   };
-  churn(small_out, small_freed);
-  churn(large_out, large_freed);
-  churn(large_maps, large_unmaps);
-  // Backwards: each path's freed before its handed out (and unmaps before
-  // maps), so that a reader meanwhile sees live bytes too high for an
-  // instant, never below what is live.
-  for (unsigned i = kCounters; i-- > 0;)
-    if (back[i] != 0) bump(&s->c[i], std::uint64_t{0} - back[i]);
-  std::atomic_signal_fence(std::memory_order_release);
-  for (unsigned i = 0; i < kHistBuckets; ++i) bump(&s->hist[i], m.hist[i] - s->hist[i]);
+  fold(small_out, small_freed);
+  fold(large_out, large_freed);
+  fold(large_maps, large_unmaps);
+  for (Counter k : kReturnedParts)
+    if (w.c[k] != 0) bump(&s->c[k], w.c[k]);
 }
 
 std::size_t registry_size() {

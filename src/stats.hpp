@@ -204,18 +204,21 @@ std::uint64_t large_peak_now();  // their peak so far (the sites' heap-at-peak c
 // Both for a report: the peak never below the live value read with it.
 void large_live_peak(std::uint64_t* live, std::uint64_t* peak);
 
-// What the calling thread has counted so far (mark_own), to be taken back
-// later (take_back_own): a report's own helpers (libdw naming frames, the
-// demangler) allocate on the reporting thread, and their calls and bytes
-// are not the program's (report.cpp, OwnCounts). Only the owner writes its
-// slot, so taking back is a few unlocked adds, as counting is.
-struct OwnMark {
-  Slot* slot;  // the thread's slot at the mark (null: none yet, all zero)
-  std::uint64_t c[kCounters];
-  std::uint64_t hist[kHistBuckets];
+// A report's own helpers (libdw naming frames, the demangler) allocate on
+// the reporting thread, and their calls and bytes are not the program's
+// (report.cpp, OwnCounts; docs/reliability.md no. 104). begin_own points
+// the thread's counting at a scratch slot no reader sees; end_own points it
+// back and adds to the thread's slot only what the process must still
+// see: the blocks the helpers keep (live), and the bytes given back to the
+// OS. Only additions: no counter a reader saw goes down. Not nested.
+struct OwnScratch {
+  Slot* real;                 // the thread's slot (attached by begin_own)
+  small::ThreadCache* cache;  // and its cache, parked meanwhile
+  std::uint8_t armed;         // t_local.cache_armed, 0 meanwhile
+  Slot scratch;               // what the helpers counted meanwhile
 };
-void mark_own(OwnMark* m);
-void take_back_own(const OwnMark& m);
+void begin_own(OwnScratch* o);
+void end_own(OwnScratch* o);
 
 // --- reading ---------------------------------------------------------------
 

@@ -212,7 +212,7 @@ def case_breakdown(prog, launcher, tmp):
         rc, out, err = cli(launcher, ["stats", str(p.pid)])
         check(rc == 0 and "large blocks live" in out and "lt-worker" in out and "rest: other" in out,
               "text rendering: %s %s" % (out, err))
-        # It does not name a method the process may not have used (no. 113:
+        # It does not name a method the process may not have used (no. 107:
         # "counted with mincore" where Linux 6.7+ counts by PAGEMAP_SCAN).
         check("mincore" not in out and "resident pages, read from the page tables" in out,
               "the text says how resident pages are read, not which call: %s" % out)

@@ -1,5 +1,5 @@
 /* A report's own helpers are not the program's (docs/reliability.md no.
- * 110): writing a report with call sites on names their frames through
+ * 104): writing a report with call sites on names their frames through
  * libdw, which allocates (with compressed debug sections, such as this
  * program's (-gz) or Debian's -dbg packages, large buffers to inflate
  * them; and where a debug file is missing, debuginfod's client, which

@@ -15,7 +15,7 @@
 
 /* The report formats lowtide_write_report takes, by the names docs/report.md
  * gives them (LOWTIDE_REPORT_PROMETHEUS was documented, and accepted as 4,
- * before the header had it: docs/reliability.md no. 112). */
+ * before the header had it: docs/reliability.md no. 106). */
 _Static_assert(LOWTIDE_REPORT_CONFIGURED == 0 && LOWTIDE_REPORT_TEXT == 1 && LOWTIDE_REPORT_JSON == 2 &&
                    LOWTIDE_REPORT_BOTH == 3 && LOWTIDE_REPORT_PROMETHEUS == 4,
                "the report formats of lowtide.h");

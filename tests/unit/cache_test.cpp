@@ -827,7 +827,7 @@ TEST_CASE("cache: byte_seconds integrates what the cache held over time") {
 // a reading made meanwhile (a report, at a later `now`) counted the old
 // level further. Once the change lowered the level from its earlier time
 // on, the sum read next was below the one read before: a counter going
-// down (no. 111).
+// down (no. 105).
 TEST_CASE("cache: byte_seconds never goes down when a change's time is older than a reading's") {
   Rig r(64 * G);
   Extent e = r.used(4);

@@ -173,10 +173,11 @@ TEST_CASE("a reading between a new live high and its peak never shows a peak bel
 }
 
 // A report's own helpers (libdw, the demangler) allocate on the reporting
-// thread (no. 110): what they counted is taken back when the report is
-// done, but for the blocks they keep, which stay handed out (the totals'
-// live bytes are the process's), and the bytes they gave back to the OS.
-TEST_CASE("take_back_own: a report's helpers' calls go, the blocks they keep stay live (no. 110)") {
+// thread (no. 104): what they count goes to a scratch slot no reader sees,
+// and only the blocks they keep (live: the totals' live bytes are the
+// process's) and the bytes they gave back to the OS reach the thread's
+// counters, by additions only (no counter a reader saw goes down).
+TEST_CASE("begin_own/end_own: a report's helpers' calls go, the blocks they keep stay live (no. 104)") {
   std::unique_ptr<stats::Slot> owned{new stats::Slot{}};
   stats::Slot& slot = *owned;
   lowtide::ThreadLocal& t = lowtide::t_local;
@@ -191,24 +192,38 @@ TEST_CASE("take_back_own: a report's helpers' calls go, the blocks they keep sta
   slot.c[stats::large_out] = 5u << 20;
   slot.c[stats::large_maps] = 5;
   slot.hist[kBucket] = 10;
-  stats::OwnMark mark;
-  stats::mark_own(&mark);
-  // The helpers: 100 small blocks of 64 B, 96 freed (4 kept); two large
-  // blocks of 1 MiB, one freed and given back; a realloc.
-  slot.c[stats::malloc_calls] += 102;
-  slot.c[stats::realloc_calls] += 1;
-  slot.c[stats::free_calls] += 97;
-  slot.c[stats::small_requested] += 6400;
-  slot.c[stats::small_out] += 6400;
-  slot.c[stats::small_freed] += 96 * 64;
-  slot.c[stats::large_requested] += 2u << 20;
-  slot.c[stats::large_out] += 2u << 20;
-  slot.c[stats::large_freed] += 1u << 20;
-  slot.c[stats::large_maps] += 2;
-  slot.c[stats::large_unmaps] += 1;
-  slot.c[stats::large_released_free] += 1u << 20;
-  slot.hist[kBucket] += 103;
-  stats::take_back_own(mark);
+  std::unique_ptr<stats::OwnScratch> own{new stats::OwnScratch{}};
+  stats::begin_own(own.get());
+  REQUIRE(t.stats == &own->scratch);
+  REQUIRE(own->real == &slot);
+  // The fast paths count through the cache: parked meanwhile (its slot is
+  // no reader's), and no cache opens in the scratch slot.
+  CHECK(t.cache == lowtide::kParkedCache);
+  CHECK(t.cache_armed == 0);
+  // The helpers, counted where they count: 100 small blocks of 64 B, 96
+  // freed (4 kept); two large blocks of 1 MiB, one freed and given back;
+  // a realloc.
+  stats::Slot* h = stats::slot();
+  REQUIRE(h == &own->scratch);
+  h->c[stats::malloc_calls] += 102;
+  h->c[stats::realloc_calls] += 1;
+  h->c[stats::free_calls] += 97;
+  h->c[stats::small_requested] += 6400;
+  h->c[stats::small_out] += 6400;
+  h->c[stats::small_freed] += 96 * 64;
+  h->c[stats::large_requested] += 2u << 20;
+  h->c[stats::large_out] += 2u << 20;
+  h->c[stats::large_freed] += 1u << 20;
+  h->c[stats::large_maps] += 2;
+  h->c[stats::large_unmaps] += 1;
+  h->c[stats::large_released_free] += 1u << 20;
+  h->hist[kBucket] += 103;
+  // Meanwhile a reader of the thread's slot saw none of it.
+  CHECK(slot.c[stats::malloc_calls] == 10);
+  CHECK(slot.c[stats::small_out] == 1200);
+  stats::end_own(own.get());
+  CHECK(t.stats == &slot);
+  CHECK(t.cache == own->cache);
   t.stats = was;
   CHECK(slot.c[stats::malloc_calls] == 10);
   CHECK(slot.c[stats::realloc_calls] == 0);
@@ -227,7 +242,27 @@ TEST_CASE("take_back_own: a report's helpers' calls go, the blocks they keep sta
   CHECK(slot.c[stats::large_released_free] == (1u << 20));
 }
 
-TEST_CASE("a report's helpers' large blocks raise no peak (no. 110)") {
+// A block handed out before the report and freed by its helpers (a libdw
+// buffer from the report before): counted as freed, by an addition.
+TEST_CASE("end_own: what the helpers freed of older blocks is added as freed (no. 104)") {
+  std::unique_ptr<stats::Slot> owned{new stats::Slot{}};
+  stats::Slot& slot = *owned;
+  lowtide::ThreadLocal& t = lowtide::t_local;
+  stats::Slot* const was = t.stats;
+  t.stats = &slot;
+  slot.c[stats::small_out] = 5000;
+  slot.c[stats::small_freed] = 1000;
+  std::unique_ptr<stats::OwnScratch> own{new stats::OwnScratch{}};
+  stats::begin_own(own.get());
+  own->scratch.c[stats::small_out] += 100;
+  own->scratch.c[stats::small_freed] += 400;
+  stats::end_own(own.get());
+  t.stats = was;
+  CHECK(slot.c[stats::small_out] == 5000);
+  CHECK(slot.c[stats::small_freed] == 1300);
+}
+
+TEST_CASE("a report's helpers' large blocks raise no peak (no. 104)") {
   std::uint64_t live = 0, peak = 0;
   stats::large_live_peak(&live, &peak);
   const std::size_t bytes = static_cast<std::size_t>(peak - live) + (1u << 20);
