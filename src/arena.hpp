@@ -1,4 +1,5 @@
-// The large-block address range: one reservation made at start-up, carved
+// The large-block address range: one reservation made at start-up (cut
+// shorter only for a lower RLIMIT_AS: shrink_to), carved
 // into extents of whole granules. All bookkeeping lives outside the range, in
 // tables lowtide maps itself, so deciding "is this pointer a live large block
 // of ours?" is a range compare plus one table load, and a freed block's
