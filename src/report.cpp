@@ -472,7 +472,7 @@ class OwnCounts {
  private:
   bool on_;
   std::int64_t site_left_ = 0;
-  stats::OwnScratch own_;
+  stats::OwnScratch own_{};  // (zeroed: also where the report counts as usual, !on_)
 };
 
 bool has_pid_pattern(const char* pattern) {
