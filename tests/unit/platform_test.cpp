@@ -573,10 +573,15 @@ TEST_CASE("read_own_memory: a page unmapped by another thread while it is read")
   stop.store(true);
   flip.join();
   INFO("copied " << ok << ", refused " << refused << ", map/unmap cycles " << cycles.load());
-  CHECK(refused > 0);
-  // valgrind runs one thread at a time: the other thread may not run at
-  // all in the reads' time (0 cycles in a scripts/test run), and then
-  // only the refusal is exercised.
+  // valgrind runs one thread at a time, and which side of the other
+  // thread's cycle each read lands on is its scheduler's: it may not run
+  // the other thread at all in the reads' time (0 cycles, every read
+  // refused: a scripts/test run of 2026-12-06), or switch only while the
+  // page is mapped (461,972 cycles, every read copied: 2026-12-07). Either
+  // way no read faulted, which is what is tested; the other outcome is
+  // then only warned of there.
+  if (under_valgrind() && refused == 0) WARN("valgrind's scheduling gave no refused read: only the copy is exercised");
+  else CHECK(refused > 0);
   if (under_valgrind() && cycles.load() == 0) WARN("valgrind ran no map/unmap cycle: only the refusal is exercised");
   else CHECK(cycles.load() > 0);
 }
