@@ -31,28 +31,11 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-static long status_kib(const char* key) {
-  FILE* f = fopen("/proc/self/status", "r");
-  if (f == NULL) return -1;
-  char line[256];
-  long v = -1;
-  size_t k = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, key, k) == 0 && line[k] == ':') v = atol(line + k + 1);
-  fclose(f);
-  return v;
-}
-
 // Large blocks handed out so far (freshly mapped or reused), and those
 // mimalloc served because the range could not.
 static void large_counts(uint64_t* maps, uint64_t* fallback) {
   struct lowtide_stats s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
-    fprintf(stderr, "as_limit: not running under lowtide\n");
-    exit(2);
-  }
+  lowtide_stats_now("as_limit", &s);
   *maps = s.large_maps;
   *fallback = s.large_fallback;
 }

@@ -12,14 +12,33 @@
 
 extern int lowtide_get_stats(struct lowtide_stats* s) __attribute__((weak));
 
-static inline uint64_t large_reused(const char* test) {
-  struct lowtide_stats s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
+// lowtide's counters now, into *s; exits 2, naming the test, where the
+// program does not run under lowtide.
+static inline void lowtide_stats_now(const char* test, struct lowtide_stats* s) {
+  memset(s, 0, sizeof *s);
+  s->size = sizeof *s;
+  if (lowtide_get_stats == NULL || lowtide_get_stats(s) != 0) {
     fprintf(stderr, "%s: not running under lowtide\n", test);
     exit(2);
   }
+}
+
+// A "Key:" line of /proc/self/status (VmSize, VmData, ...), in KiB; -1
+// where it cannot be read.
+static inline long status_kib(const char* key) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  const size_t k = strlen(key);
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, key, k) == 0 && line[k] == ':') v = atol(line + k + 1);
+  if (f != NULL) fclose(f);
+  return v;
+}
+
+static inline uint64_t large_reused(const char* test) {
+  struct lowtide_stats s;
+  lowtide_stats_now(test, &s);
   return s.large_reused;
 }
 

@@ -19,24 +19,11 @@
 
 #include "large_reused.h"
 
-static long vm_data_kib(void) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f != NULL && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, "VmData:", 7) == 0) v = atol(line + 7);
-  if (f != NULL) fclose(f);
-  return v;
-}
+static long vm_data_kib(void) { return status_kib("VmData"); }
 
 static uint64_t cached_bytes(void) {
   struct lowtide_stats s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  if (lowtide_get_stats == NULL || lowtide_get_stats(&s) != 0) {
-    fprintf(stderr, "small_purge: not running under lowtide\n");
-    exit(2);
-  }
+  lowtide_stats_now("small_purge", &s);
   return s.large_cached_bytes;
 }
 
