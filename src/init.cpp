@@ -198,6 +198,7 @@ void init_once() {
   struct rlimit as;
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && want > as.rlim_cur / 8)
     want = static_cast<std::size_t>(as.rlim_cur / 8);
+  pal::note_data_limit();  // commits checked against a finite RLIMIT_DATA
   if (!large::space.arena.init(want, std::size_t{64} << 20)) {
     large::space.disabled = true;
     char buf[32];

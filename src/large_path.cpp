@@ -329,7 +329,14 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
     stats::add(st, stats::large_reused, 1);
   } else {
     std::size_t stale = 0;
-    if (Result r = commit_fresh(&pl, &e, &stale); r != Result::ok) return r;
+    Result r = commit_fresh(&pl, &e, &stale);
+    // Refused by the kernel (RLIMIT_DATA, an mlock limit, the map count):
+    // the cache's blocks are committed memory that counts against the same
+    // limits, where glibc would have unmapped them at free. Given back, and
+    // the commit tried once more (as route::small_after_purge does for
+    // mimalloc's refusals).
+    if (r == Result::no_mapping && cache_.purge(true) != 0) r = commit_fresh(&pl, &e, &stale);
+    if (r != Result::ok) return r;
     if (stale != 0) {
       // The front is a cached block's pages; the fresh rest reads as zero.
       if (origin == Origin::calloc && stale > pl.off)

@@ -151,6 +151,51 @@ void set_overcommit_for_test(int mode) { overcommit_mode.store(mode, std::memory
 
 bool overcommit_refuses(std::size_t len) { return refuses(overcommit(), len); }
 
+namespace {
+// A finite soft RLIMIT_DATA, as note_data_limit last read it.
+std::atomic<bool> data_limited{false};
+
+// commit() under a finite RLIMIT_DATA. The kernel checks a MAP_FIXED mmap
+// against the limit only after taking off the pages it replaces, and the
+// range's PROT_NONE reservation is among them although it never counted:
+// every commit over the range passed, and malloc(512 MiB) under a 256 MiB
+// limit got a pointer where glibc gets NULL (reliability.md no. 109). A
+// mapping made anywhere is checked in full; moved over the range
+// (mremap, which checks nothing more for a move, and replaces the
+// reservation under the same lock) it becomes the block. Under
+// mlockall(MCL_FUTURE) it is locked and populated where it is made, as a
+// MAP_FIXED one was. Refused (the limit, or the map count): mprotect, which
+// the kernel checks against the limit for the pages it makes writable,
+// counts a free extent already read-write (already counted) as nothing new.
+Commit commit_counted(void* p, std::size_t len, int saved) {
+  void* t = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, kReserveFlags, -1, 0);
+  if (t != MAP_FAILED) {
+    if (::mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == p) {
+      errno = saved;
+      return Commit::ok;
+    }
+    // A refused move may have unmapped p first (see move_grow): the caller
+    // asks recover_destination.
+    ::munmap(t, len);
+    return Commit::refused;
+  }
+  if (errno == ENOMEM && sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
+    ::madvise(p, len, MADV_DONTNEED);
+    errno = saved;
+    return Commit::ok;
+  }
+  return Commit::refused;
+}
+}  // namespace
+
+bool note_data_limit() {
+  const int saved = errno;
+  struct rlimit data;
+  const bool finite = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  errno = saved;
+  return !data_limited.exchange(finite, std::memory_order_seq_cst) && finite;
+}
+
 Commit commit(void* p, std::size_t len) {
   // Asked once: a mode not read waited 10 ms for a window.
   const int mode = overcommit();
@@ -170,6 +215,7 @@ Commit commit(void* p, std::size_t len) {
     errno = saved;
     return Commit::ok;
   }
+  if (data_limited.load(std::memory_order_relaxed)) return commit_counted(p, len, saved);
   void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (r == p) return Commit::ok;
   // Past vm.max_map_count the kernel refuses every mmap (ENOMEM), even one
@@ -275,7 +321,11 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
 }
 
 bool drop_writable(void* p, std::size_t len) {
-  if (mode2_way(overcommit()) || locked_future.load(std::memory_order_relaxed) ||
+  // Under a finite RLIMIT_DATA free space left read-write would count
+  // against it as the program's data: PROT_NONE, as glibc's unmapped
+  // chunks.
+  if (mode2_way(overcommit()) || data_limited.load(std::memory_order_seq_cst) ||
+      locked_future.load(std::memory_order_relaxed) ||
       locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;

@@ -28,6 +28,13 @@ void* reserve_aligned(std::size_t len, std::size_t align);
 // recover_destination before it releases the range.
 enum class Commit { ok, over_limit, refused };
 Commit commit(void* p, std::size_t len);
+// Reads the soft RLIMIT_DATA (at start-up, and after each setrlimit/prlimit
+// of the process's own through lowtide's symbols; one set from outside,
+// prlimit --pid, is not seen). Under a finite one commit() makes the
+// kernel check the whole commit against it, and drop_writable refuses.
+// True where the limit has just become finite: free extents left
+// read-write before then still count, and the caller makes them PROT_NONE.
+bool note_data_limit();
 // Would the kernel refuse an accounted private mapping of len bytes (the
 // heuristic overcommit check)? commit() asks this first, since it maps with
 // MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
@@ -50,7 +57,8 @@ void decommit(void* p, std::size_t len);
 // vm.overcommit_memory=2 (a read-write private mapping is charged against
 // CommitLimit even with MAP_NORESERVE; a PROT_NONE one is not), while
 // mlockall(MCL_FUTURE) is in force (the kernel would populate and lock the
-// whole fresh mapping), and when the kernel refuses (the map count).
+// whole fresh mapping), under a finite RLIMIT_DATA (the space would count
+// against it: note_data_limit), and when the kernel refuses (the map count).
 bool drop_writable(void* p, std::size_t len);
 // mlockall and munlockall for the interposed exports: the system calls,
 // and whether MCL_FUTURE is in force after them. -1 with errno on failure.

@@ -1,0 +1,113 @@
+// Large blocks obey a finite RLIMIT_DATA as glibc's mapped chunks do
+// (reliability.md no. 109). The kernel checks a MAP_FIXED mmap against the
+// limit only after taking off the pages it replaces, lowtide's PROT_NONE
+// reservation among them, so a commit over the range was never refused:
+// malloc(512 MiB) under a 256 MiB limit got a pointer where glibc gets
+// NULL, and free space between live blocks left read-write by a give-back
+// went on counting against the limit as data.
+//
+// Here: blocks 1, 3 and 5 of eight 8 MiB blocks are freed and given back
+// (malloc_trim), each then read-write free space between live blocks;
+// setting the limit must drop them from VmData (at least 16 MiB). Under a
+// limit 256 MiB above VmData: malloc(512 MiB) must be NULL with ENOMEM;
+// 4 MiB blocks are taken until one fails, and VmData must stay within the
+// limit with at least 192 MiB served; all are freed (the reuse cache keeps
+// some), and 64 KiB blocks must then be served for at least 160 MiB, the
+// last failure NULL with ENOMEM.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "large_reused.h"
+
+enum { kMax = 8192 };  // 512 MiB of 64 KiB blocks: past the limit
+static char* held[kMax];
+
+// Blocks of n bytes (one byte written in each) until one fails or kMax;
+// *err: errno of the failure (0: none). Returns how many.
+static int take(size_t n, int* err) {
+  int got = 0;
+  *err = 0;
+  while (got < kMax) {
+    errno = 0;
+    char* p = malloc(n);
+    if (p == NULL) {
+      *err = errno;
+      break;
+    }
+    p[0] = 1;
+    held[got++] = p;
+  }
+  return got;
+}
+
+int main(void) {
+  struct lowtide_stats st;
+  lowtide_stats_now("data_limit", &st);  // exits 2 unless under lowtide
+  const size_t mib = (size_t)1 << 20;
+  char* eight[8];
+  for (int i = 0; i < 8; ++i) {
+    eight[i] = malloc(8 * mib);
+    if (eight[i] == NULL) return 1;
+    memset(eight[i], 0x5a, 8 * mib);
+  }
+  for (int i = 1; i < 7; i += 2) free(eight[i]);
+  malloc_trim(0);
+  const long before = status_kib("VmData");
+  if (before < 0) {
+    printf("data_limit: no VmData in /proc/self/status: skipped\n");
+    return 77;
+  }
+  struct rlimit old, lim;
+  if (getrlimit(RLIMIT_DATA, &old) != 0) return 1;
+  if (old.rlim_cur != RLIM_INFINITY) {
+    printf("data_limit: RLIMIT_DATA already finite here: skipped\n");
+    return 77;
+  }
+  lim = old;
+  lim.rlim_cur = ((rlim_t)before << 10) + 256 * mib;
+  if (setrlimit(RLIMIT_DATA, &lim) != 0) return 1;
+  const long after = status_kib("VmData");
+  int bad = 0;
+  fprintf(stderr, "data_limit: VmData %ld KiB before the limit, %ld KiB after\n", before, after);
+  if (before - after < 16 * 1024) {
+    fprintf(stderr, "  want the free space between live blocks (24 MiB) out of VmData: at least 16 MiB less\n");
+    bad = 1;
+  }
+  errno = 0;
+  char* huge = malloc(512 * mib);
+  const int huge_err = errno;
+  if (huge != NULL || huge_err != ENOMEM) {
+    fprintf(stderr, "  malloc(512 MiB) under a limit 256 MiB above VmData: %p, errno %d; want NULL, ENOMEM\n",
+            (void*)huge, huge_err);
+    bad = 1;
+    free(huge);
+  }
+  int err;
+  int got = take(4 * mib, &err);
+  const long at_most = status_kib("VmData");
+  fprintf(stderr, "data_limit: %d MiB of 4 MiB blocks, VmData then %ld KiB (limit %llu KiB)\n", got * 4, at_most,
+          (unsigned long long)(lim.rlim_cur >> 10));
+  if ((rlim_t)at_most > lim.rlim_cur >> 10 || got * 4 < 192 || got == kMax || err != ENOMEM) {
+    fprintf(stderr, "  want VmData within the limit, at least 192 MiB served, then NULL with ENOMEM\n");
+    bad = 1;
+  }
+  for (int i = 0; i < got; ++i) free(held[i]);
+  got = take(64 << 10, &err);
+  fprintf(stderr, "data_limit: then %d MiB of 64 KiB blocks (errno %d at the end)\n", got / 16, err);
+  if (got / 16 < 160 || got == kMax || err != ENOMEM) {
+    fprintf(stderr, "  want at least 160 MiB served, then NULL with ENOMEM\n");
+    bad = 1;
+  }
+  if (setrlimit(RLIMIT_DATA, &old) != 0) return 1;
+  for (int i = 0; i < got; ++i) free(held[i]);
+  for (int i = 0; i < 8; i += 2) free(eight[i]);
+  free(eight[7]);
+  if (bad) return 1;
+  printf("data_limit: ok\n");
+  return 0;
+}
