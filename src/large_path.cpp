@@ -331,11 +331,8 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
     std::size_t stale = 0;
     Result r = commit_fresh(&pl, &e, &stale);
     // Refused by the kernel (RLIMIT_DATA, an mlock limit, the map count):
-    // the cache's blocks are committed memory that counts against the same
-    // limits, where glibc would have unmapped them at free. Given back, and
-    // the commit tried once more (as route::small_after_purge does for
-    // mimalloc's refusals).
-    if (r == Result::no_mapping && cache_.purge(true) != 0) r = commit_fresh(&pl, &e, &stale);
+    // what is held and unused given up, and the commit tried once more.
+    if (r == Result::no_mapping && give_up_held()) r = commit_fresh(&pl, &e, &stale);
     if (r != Result::ok) return r;
     if (stale != 0) {
       // The front is a cached block's pages; the fresh rest reads as zero.
@@ -377,6 +374,24 @@ void LargePath::release(void* p, const char* what) {
   if (writable && cache_.put(e.start, e.n)) stats::add(st, stats::large_cached_frees, 1);
   else return_to_os(e, st, stats::large_released_free);
   cache_.purge(false);
+}
+
+// The cache's blocks are committed memory that counts against the kernel's
+// limits (RLIMIT_DATA, an mlock limit, overcommit mode 2's charge), where
+// glibc would have unmapped them at free: given back. Under a finite
+// RLIMIT_DATA the read-write free space give-backs leave between live
+// blocks (Arena::give_back, pal::drop_writable: one mapping, no split)
+// counts as data too: made PROT_NONE (Arena::protect_free), as glibc's
+// unmapped chunks are not counted. Only after a refusal: elsewhere free
+// space stays read-write, and the map count low (tests/memory/map_count).
+// Whether anything was given up.
+bool LargePath::give_up_held() {
+  bool any = cache_.purge(true) != 0;
+  if (ops_.data_limited != nullptr && ops_.data_limited()) {
+    a_.protect_free(ops_.decommit);
+    any = true;
+  }
+  return any;
 }
 
 void LargePath::note_grown(std::uint32_t n) {
@@ -888,5 +903,13 @@ Result resize(void* p, std::size_t size, void** out) {
 }
 
 std::size_t usable(const void* p, const char* what) { return the_path.usable(p, what); }
+
+bool give_up_held() {
+  if (!space.arena.ready()) return cache::purge(true) != 0;
+  Arena::own_unfinished_add(1);
+  const bool any = the_path.give_up_held();
+  Arena::own_unfinished_add(-1);
+  return any;
+}
 
 }  // namespace lowtide::large

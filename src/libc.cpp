@@ -441,18 +441,8 @@ int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit
     large::space.arena.shrink_to(static_cast<std::size_t>(new_limit->rlim_cur / 8));
   const int r = pal::prlimit(pid, resource, new_limit, old_limit);
   // A data limit: commits over the range are checked against it from now
-  // on (pal::note_data_limit). Free space between live blocks that earlier
-  // give-backs left read-write counts against it as data (glibc unmaps a
-  // freed chunk): made PROT_NONE once the limit becomes finite, after the
-  // give-backs under way have ended (drop_writable refuses from here on).
-  if (resource == RLIMIT_DATA && new_limit != nullptr && (pid == 0 || pid == ::getpid())) {
-    const int saved = errno;
-    if (pal::note_data_limit() && large::space.arena.ready()) {
-      large::space.arena.wait_give_backs();
-      large::space.arena.protect_free(pal::decommit);
-    }
-    errno = saved;
-  }
+  // on (pal::note_data_limit), read again whether or not the call worked.
+  if (resource == RLIMIT_DATA && new_limit != nullptr && (pid == 0 || pid == ::getpid())) pal::note_data_limit();
   return r;
 }
 

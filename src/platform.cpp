@@ -152,23 +152,39 @@ void set_overcommit_for_test(int mode) { overcommit_mode.store(mode, std::memory
 bool overcommit_refuses(std::size_t len) { return refuses(overcommit(), len); }
 
 namespace {
+// mlockall(MCL_FUTURE) in force, kept by the interposed mlockall and
+// munlockall; `locking`: an mlockall call is under way (its free extents
+// are being made PROT_NONE, and no free may make one read-write meanwhile).
+std::atomic<bool> locked_future{false};
+std::atomic<int> locking{0};
+// Some memory may be locked: mlockall(MCL_CURRENT) or mlock/mlock2 called
+// through lowtide's symbols since the last munlockall. mremap populates
+// and locks what it grows of a locked mapping (mremap_growth_ok).
+std::atomic<bool> locked_some{false};
+
 // A finite soft RLIMIT_DATA, as note_data_limit last read it.
-std::atomic<bool> data_limited{false};
+std::atomic<bool> data_limit_finite{false};
 
 // commit() under a finite RLIMIT_DATA. The kernel checks a MAP_FIXED mmap
 // against the limit only after taking off the pages it replaces, and the
 // range's PROT_NONE reservation is among them although it never counted:
 // every commit over the range passed, and malloc(512 MiB) under a 256 MiB
-// limit got a pointer where glibc gets NULL (reliability.md no. 109). A
-// mapping made anywhere is checked in full; moved over the range
-// (mremap, which checks nothing more for a move, and replaces the
-// reservation under the same lock) it becomes the block. Under
-// mlockall(MCL_FUTURE) it is locked and populated where it is made, as a
-// MAP_FIXED one was. Refused (the limit, or the map count): mprotect, which
-// the kernel checks against the limit for the pages it makes writable,
-// counts a free extent already read-write (already counted) as nothing new.
+// limit got a pointer where glibc gets NULL (reliability.md no. 109).
+// mprotect is checked for the pages it makes writable (a free extent
+// already read-write, counted already, adds nothing) and merges with
+// read-write neighbours as the mmap did (tests/memory/map_count: 400
+// blocks, one mapping). Not where memory may be locked: the reservation
+// itself is locked after mlockall(MCL_CURRENT), and under MCL_FUTURE a
+// block must be locked and populated as a fresh mapping is. There a
+// mapping made anywhere (checked in full, locked where it is made) is moved
+// over the range (mremap checks nothing more for a move, and replaces the
+// reservation under the same lock); each such block is a mapping of its
+// own (moved memory is never merged with memory mapped where it lands).
+// Refused (the limit, or the map count): mprotect as above.
 Commit commit_counted(void* p, std::size_t len, int saved) {
-  void* t = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, kReserveFlags, -1, 0);
+  const bool locks = locked_future.load(std::memory_order_relaxed) || locked_some.load(std::memory_order_relaxed) ||
+                     locking.load(std::memory_order_seq_cst) != 0;
+  void* t = locks ? ::mmap(nullptr, len, PROT_READ | PROT_WRITE, kReserveFlags, -1, 0) : MAP_FAILED;
   if (t != MAP_FAILED) {
     if (::mremap(t, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == p) {
       errno = saved;
@@ -179,7 +195,9 @@ Commit commit_counted(void* p, std::size_t len, int saved) {
     ::munmap(t, len);
     return Commit::refused;
   }
-  if (errno == ENOMEM && sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
+  if ((!locks || errno == ENOMEM) && sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0) {
+    // As in mode 2: a range left read-write by a decommit at the map count
+    // may hold a write made after its free.
     ::madvise(p, len, MADV_DONTNEED);
     errno = saved;
     return Commit::ok;
@@ -188,13 +206,15 @@ Commit commit_counted(void* p, std::size_t len, int saved) {
 }
 }  // namespace
 
-bool note_data_limit() {
+void note_data_limit() {
   const int saved = errno;
   struct rlimit data;
   const bool finite = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
   errno = saved;
-  return !data_limited.exchange(finite, std::memory_order_seq_cst) && finite;
+  data_limit_finite.store(finite, std::memory_order_relaxed);
 }
+
+bool data_limited() { return data_limit_finite.load(std::memory_order_relaxed); }
 
 Commit commit(void* p, std::size_t len) {
   // Asked once: a mode not read waited 10 ms for a window.
@@ -215,7 +235,7 @@ Commit commit(void* p, std::size_t len) {
     errno = saved;
     return Commit::ok;
   }
-  if (data_limited.load(std::memory_order_relaxed)) return commit_counted(p, len, saved);
+  if (data_limit_finite.load(std::memory_order_relaxed)) return commit_counted(p, len, saved);
   void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (r == p) return Commit::ok;
   // Past vm.max_map_count the kernel refuses every mmap (ENOMEM), even one
@@ -234,17 +254,6 @@ Commit commit(void* p, std::size_t len) {
   return Commit::refused;
 }
 
-namespace {
-// mlockall(MCL_FUTURE) in force, kept by the interposed mlockall and
-// munlockall; `locking`: an mlockall call is under way (its free extents
-// are being made PROT_NONE, and no free may make one read-write meanwhile).
-std::atomic<bool> locked_future{false};
-std::atomic<int> locking{0};
-// Some memory may be locked: mlockall(MCL_CURRENT) or mlock/mlock2 called
-// through lowtide's symbols since the last munlockall. mremap populates
-// and locks what it grows of a locked mapping (mremap_growth_ok).
-std::atomic<bool> locked_some{false};
-}  // namespace
 
 void mlockall_begin() { locking.fetch_add(1, std::memory_order_seq_cst); }
 
@@ -321,11 +330,7 @@ int mlock2(const void* p, std::size_t len, unsigned flags) {
 }
 
 bool drop_writable(void* p, std::size_t len) {
-  // Under a finite RLIMIT_DATA free space left read-write would count
-  // against it as the program's data: PROT_NONE, as glibc's unmapped
-  // chunks.
-  if (mode2_way(overcommit()) || data_limited.load(std::memory_order_seq_cst) ||
-      locked_future.load(std::memory_order_relaxed) ||
+  if (mode2_way(overcommit()) || locked_future.load(std::memory_order_relaxed) ||
       locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;

@@ -30,11 +30,13 @@ enum class Commit { ok, over_limit, refused };
 Commit commit(void* p, std::size_t len);
 // Reads the soft RLIMIT_DATA (at start-up, and after each setrlimit/prlimit
 // of the process's own through lowtide's symbols; one set from outside,
-// prlimit --pid, is not seen). Under a finite one commit() makes the
-// kernel check the whole commit against it, and drop_writable refuses.
-// True where the limit has just become finite: free extents left
-// read-write before then still count, and the caller makes them PROT_NONE.
-bool note_data_limit();
+// prlimit --pid, is not seen). Under a finite one commit() has the kernel
+// check the whole commit against it, and data_limited() is true: the
+// read-write free space drop_writable leaves between live blocks counts
+// against it too, and a refused commit makes it PROT_NONE before it tries
+// again (LargePath::give_up_held).
+void note_data_limit();
+bool data_limited();
 // Would the kernel refuse an accounted private mapping of len bytes (the
 // heuristic overcommit check)? commit() asks this first, since it maps with
 // MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
@@ -57,8 +59,7 @@ void decommit(void* p, std::size_t len);
 // vm.overcommit_memory=2 (a read-write private mapping is charged against
 // CommitLimit even with MAP_NORESERVE; a PROT_NONE one is not), while
 // mlockall(MCL_FUTURE) is in force (the kernel would populate and lock the
-// whole fresh mapping), under a finite RLIMIT_DATA (the space would count
-// against it: note_data_limit), and when the kernel refuses (the map count).
+// whole fresh mapping), and when the kernel refuses (the map count).
 bool drop_writable(void* p, std::size_t len);
 // mlockall and munlockall for the interposed exports: the system calls,
 // and whether MCL_FUTURE is in force after them. -1 with errno on failure.
@@ -543,9 +544,11 @@ struct PageOps {
   bool (*writable_again)(void* p, std::size_t len) = nullptr;
   // calloc's zeroing of a block taken from the cache; null: memset (tests).
   void (*zero)(void* p, std::size_t len) = nullptr;
+  // A finite RLIMIT_DATA in force (data_limited); null: never (tests).
+  bool (*data_limited)() = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
-                                  &recover_destination, &writable_again, &zero_held};
+                                  &recover_destination, &writable_again, &zero_held, &data_limited};
 
 }  // namespace lowtide::pal

@@ -118,7 +118,7 @@ __attribute__((noinline)) void* small_block(std::size_t n, std::size_t align, bo
 // 2026-12-07 a small request failed with up to the cache's cap (256 MiB by
 // default) of freed blocks still held. Nothing cached: NULL, ENOMEM.
 __attribute__((noinline)) void* small_after_purge(std::size_t n, std::size_t align, bool zero) {
-  if (cache::purge(true) == 0) {
+  if (!large::give_up_held()) {
     errno = ENOMEM;
     return nullptr;
   }
