@@ -435,9 +435,39 @@ void start() {
   order = reinterpret_cast<std::uint32_t*>(modules + kModules);
   strings = reinterpret_cast<char*>(order + kSites);
   path_scratch = strings + kStrings;
-  if (!unwind::load()) return;
-  symbolize::load();  // names for static functions and file:line, if libdw.so.1 is there
-  pyframes::start(g.config.get(Opt::sites_python) == 0);
+  // Loading libunwind and libdw (and what libdw needs: libelf, libz,
+  // liblzma, libbz2, libzstd) allocates on this thread through lowtide: the
+  // loader's link maps, scope lists and TLS, the libraries' own
+  // constructors, a warning where one is missing; and so does looking up
+  // Python's API (pyframes::start: each dlsym that finds nothing leaves its
+  // message in a dlerror buffer). Not the program's calls: a C program
+  // that allocates nothing showed 100 calls more than with sites off at
+  // exit (docs/reliability.md no. 120). Counted aside as a
+  // report's helpers are (stats::begin_own, no. 104): calls, histogram and
+  // bytes asked for dropped, what the loader keeps counted as live (it is
+  // memory the process holds, and the loader may free it later, counted
+  // then), no large peak raised (t_local.in_report). Here in lowtide's
+  // constructor, never inside a malloc (a dlopen there can deadlock on the
+  // loader's lock), so the thread's slot and cache are in no other span
+  // (begin_own does not nest; a report's span would already hold them).
+  const bool aside = t_local.in_report == 0;
+  stats::OwnScratch own{};
+  if (aside) {
+    stats::begin_own(&own);
+    t_local.in_report = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  const bool unwinds = unwind::load();
+  if (unwinds) {
+    symbolize::load();  // names for static functions and file:line, if libdw.so.1 is there
+    pyframes::start(g.config.get(Opt::sites_python) == 0);
+  }
+  if (aside) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_local.in_report = 0;
+    stats::end_own(&own);
+  }
+  if (!unwinds) return;
   enabled.store(true, std::memory_order_release);
 }
 
