@@ -500,6 +500,76 @@ SECTIONS = ["-- process --", "-- totals --", "-- large path --", "-- threads (by
             "-- request sizes --"]
 
 
+def section(lines, title):
+    """The lines of section `title`, up to the blank line that ends it."""
+    i = lines.index(title) + 1
+    j = lines.index("", i) if "" in lines[i:] else len(lines)
+    return lines[i:j]
+
+
+def cells(line):
+    """(start, end, text) of each cell of a line: cells are parted by two
+    spaces or more (a label or a size holds single spaces)."""
+    return [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", line)]
+
+
+def check_label_column(title, lines):
+    """A section of "label   value" lines: every label in one column and
+    every value right-aligned in another, two spaces at least between them
+    (a label longer than its column pushed its value right: "misses topped
+    up from a cached block", 36 characters in a column of 34, until
+    2026-12-07). A unit suffix after the value ("*s", "   (env)") is not
+    part of it."""
+    rows = []
+    for ln in lines:
+        body = re.sub(r"(\*s|   \((env|cgroup_v2|cgroup_v1)\))$", "", ln)
+        m = re.fullmatch(r"( *\S(?:.*?\S)?)( {2,})(\S+(?: \S+)?)", body)
+        check(m is not None, f"{title}: {ln!r} is a label, two spaces or more, and a value")
+        if m is None:
+            continue
+        rows.append((m.group(1), m.end(1), m.start(3), m.end(3)))
+    edges = {r[3] for r in rows}
+    check(len(edges) == 1, f"{title}: every value ends in one column: "
+                           f"{sorted((r[3], r[0]) for r in rows if r[3] != rows[0][3])} vs {rows[0][3]} ({rows[0][0]!r})")
+    widest = max(rows, key=lambda r: r[1])
+    first = min(rows, key=lambda r: r[2])
+    check(widest[1] + 2 <= first[2], f"{title}: the labels' column (to {widest[1]}, {widest[0]!r}) ends two spaces "
+                                     f"before the values' (from {first[2]}, {first[0]!r})")
+
+
+def check_columns(lines):
+    """The text report's columns: the header's values at column 12, each
+    "label value" section's labels and values in columns of their own, and
+    the tables' cells right-aligned under their headings."""
+    head = lines[1:lines.index("")]
+    for ln in head:
+        check(len(ln) > 12 and ln[11] == " " and ln[12] != " " and "  " not in ln[:12].rstrip(),
+              f"header line {ln!r}: a label of at most 11 characters, its value from column 12")
+    check_label_column("process", section(lines, "-- process --"))
+    check_label_column("large path", section(lines, "-- large path --"))
+    totals = section(lines, "-- totals --")
+    check(len(totals) == 5, f"totals: five lines: {totals}")
+    for head_i, rows, named in ((0, totals[1:2], 0), (2, totals[3:5], 1)):
+        want = [e for _, e, _ in cells(totals[head_i])[1:]]
+        for ln in rows:
+            got = [e for _, e, _ in cells(ln)[named:]]
+            check(got == want, f"totals: {ln!r} right-aligned under {totals[head_i]!r}: {got} vs {want}")
+    threads = section(lines, SECTIONS[3])
+    want = cells(threads[0])
+    for ln in threads[1:]:
+        got = cells(ln)
+        check(got[0][1] == want[0][1], f"threads: tid {ln!r} ends under {threads[0]!r}")
+        check([e for _, e, _ in got[-4:]] == [e for _, e, _ in want[-4:]],
+              f"threads: the numbers of {ln!r} right-aligned under {threads[0]!r}")
+    ends = set()
+    for ln in section(lines, SECTIONS[4]):
+        m = re.fullmatch(r"( *\S+ \S+) \.\. <(\S+ \S+) *?( +\d+)  #+", ln)
+        check(m is not None and m.end(1) == 10 and m.start(2) == 15 and m.end(2) <= 25, f"request sizes: {ln!r}")
+        if m is not None:
+            ends.add(m.end(3))
+    check(len(ends) == 1, f"request sizes: every count ends in one column: {sorted(ends)}")
+
+
 def parse_text(text):
     """The numbers the text report prints as plain integers."""
     lines = text.splitlines()
@@ -537,6 +607,7 @@ def parse_text(text):
     h = lines.index(SECTIONS[4])
     v["thread_rows"] = h - t - 3  # header line, rows, blank line
     v["hist_rows"] = len([ln for ln in lines[h + 1:] if ln.strip()])
+    check_columns(lines)
     return v
 
 
