@@ -298,7 +298,8 @@ Result LargePath::commit_fresh(Plan* pl, Extent* out, std::size_t* stale) {
   return Result::ok;
 }
 
-Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out,
+                           std::size_t asked) {
   Plan pl;
   if (Result r = plan(size, align, &pl); r != Result::ok) return r;
   // Before any lock is taken: a capture unwinds and looks up modules.
@@ -347,7 +348,7 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
                 origin, flags, current_tid(), site.site, site.weight);
   a_.publish(user, e.start, site.site);
   large::space.blocks.fetch_add(1, std::memory_order_relaxed);
-  stats::add(st, stats::large_requested, size);
+  stats::add(st, stats::large_requested, asked == kAskedIsSize ? size : asked);
   stats::add(st, stats::large_out, usable);
   stats::large_live_add(usable);
   sites::allocated(header_of(user), site, usable);
@@ -879,9 +880,10 @@ constinit LargePath the_path{large::space.arena, cache::production_cache, pal::k
 // extent it holds out of every table for a moment (taken from the cache or
 // carved, not yet published; a moved block's new extent) is not a forked
 // child's to reclaim where a signal handler on this thread forks.
-Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out) {
+Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out,
+                std::size_t asked) {
   Arena::own_unfinished_add(1);
-  Result r = the_path.allocate(size, align, origin, flags, out);
+  Result r = the_path.allocate(size, align, origin, flags, out, asked);
   Arena::own_unfinished_add(-1);
   if constexpr (invariants::kEnabled) invariants::after_large_op();
   return r;

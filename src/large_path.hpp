@@ -29,9 +29,14 @@ namespace large {
 // the request on without a warning about the range.
 enum class Result { ok, no_memory, no_room, no_mapping, no_alignment };
 
+// `asked` for the counters' bytes requested: the size itself (kAskedIsSize)
+// unless the program asked for less (pvalloc's page rounding).
+constexpr std::size_t kAskedIsSize = ~std::size_t{0};
+
 // A fresh zeroed block of `size` bytes whose user pointer is aligned to
-// `align` (a power of two >= 16).
-Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out);
+// `align` (a power of two >= 16), counted as `asked` bytes requested.
+Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out,
+                std::size_t asked = kAskedIsSize);
 
 // Give the block's pages back to the OS. Aborts with glibc's kind of message
 // on a pointer that is not a live large block. `what` names the caller.
@@ -62,7 +67,8 @@ class LargePath {
                       void (*on_allocation)() = nullptr)
       : a_(arena), cache_(cache), ops_(ops), on_allocation_(on_allocation) {}
 
-  Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out);
+  Result allocate(std::size_t size, std::size_t align, Origin origin, std::uint8_t flags, void** out,
+                  std::size_t asked = kAskedIsSize);
   void release(void* p, const char* what);
   Result resize(void* p, std::size_t size, void** out);
   std::size_t usable(const void* p, const char* what) const;

@@ -191,16 +191,20 @@ void* resize_in_small(void* p, std::size_t n, stats::Slot* st, std::size_t old) 
 }
 
 void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter call, bool zero) {
+  return allocate(n, n, align, origin, call, zero);
+}
+
+void* allocate(std::size_t n, std::size_t asked, std::size_t align, Origin origin, stats::Counter call, bool zero) {
   if (__builtin_expect(n > kMaxRequest, 0)) {
     errno = ENOMEM;
     return nullptr;
   }
   stats::Slot* st = stats::slot();
-  stats::count_request(st, call, n);
+  stats::count_request(st, call, asked);
   if (__builtin_expect(!is_large_request(n, align), 1)) {
     void* p = (align == kMinAlign && !zero) ? small::allocate(n) : small_block(n, align, zero);
     if (__builtin_expect(p == nullptr, 0) && (p = small_after_purge(n, align, zero)) == nullptr) return nullptr;
-    count_small_out(st, n, p);
+    count_small_out(st, asked, p);
     return p;
   }
   if (align > Arena::kGranule && aligned_refused(n, align, origin)) {
@@ -208,7 +212,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
     return nullptr;
   }
   void* p = nullptr;
-  const large::Result r = large::allocate(n, align, origin, 0, &p);
+  const large::Result r = large::allocate(n, align, origin, 0, &p, asked);
   if (r == large::Result::ok) return p;
   if (!fall_back_after(r, n)) return nullptr;
   p = small_block(n, align, zero);
@@ -216,7 +220,7 @@ void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter c
   if (p == nullptr) p = small_after_purge(n, align, zero);
   if (p != nullptr) {
     stats::add(st, stats::large_fallback, 1);
-    count_small_out(st, n, p);
+    count_small_out(st, asked, p);
   }
   return p;
 }

@@ -80,8 +80,11 @@ void close_fast_paths();
 
 // A block of n bytes (n <= kMaxRequest) whose pointer is aligned to `align`
 // (a power of two >= 16), counted as one `call`; zeroed when `zero`. NULL
-// with errno ENOMEM when it cannot be had.
+// with errno ENOMEM when it cannot be had. Counted (histogram, bytes
+// requested) as a request of `asked` bytes where given (asked <= n): pvalloc
+// hands out n rounded up to a page, but the program asked for n.
 void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter call, bool zero);
+void* allocate(std::size_t n, std::size_t asked, std::size_t align, Origin origin, stats::Counter call, bool zero);
 
 // Free p (ours, not NULL) without counting a free() call: free counts one,
 // realloc counts itself. `what` names the entry point in a fatal message.
