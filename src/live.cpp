@@ -260,8 +260,11 @@ bool enter_fork_window(std::uint64_t within_ns = kWindowWait) { return pal::fork
 // Opened, read and closed inside a window of the fork gate (never without
 // one), the mappings' ranges copied out, and their pages counted after the
 // close: a fork meanwhile waits only for the read, and no child inherits
-// the fd.
-std::uint64_t small_resident() {
+// the fd. Where the file was not read whole (no window; not opened: a
+// mount over it, no /proc, out of descriptors; taken by the program, or a
+// read refused, midway), the last answer's figure, and *last_known says so
+// (up to 2026-12-07 a failed open answered 0, a partial read a part).
+std::uint64_t small_resident(bool* last_known) {
   static char buf[16 << 10];
   struct Range {
     std::uint64_t start, end;
@@ -272,17 +275,18 @@ std::uint64_t small_resident() {
   // without one (a child of a fork then would keep the descriptor:
   // reliability.md no. 86) or answer 0.
   static std::uint64_t last = 0;
+  *last_known = true;
   std::size_t n = 0;
   if (!enter_fork_window()) return last;
   pal::OwnFd o;
   if (!pal::own(move_high(pal::open_maps()), &o)) {
     if (o.fd >= 0) ::close(o.fd);
     pal::fork_window_close();
-    return 0;
+    return last;
   }
   const int fd = o.fd;
   std::size_t have = 0;
-  bool ours = true;
+  bool ours = true, whole = false;
   while (n < sizeof ranges / sizeof ranges[0]) {
     if (!pal::still_own(o)) {  // the program's now: not read, not closed
       ours = false;
@@ -290,6 +294,7 @@ std::uint64_t small_resident() {
     }
     ssize_t r = ::read(fd, buf + have, sizeof buf - 1 - have);
     if (r < 0 && errno == EINTR) continue;
+    whole = r == 0;
     if (r <= 0) break;
     have += static_cast<std::size_t>(r);
     buf[have] = '\0';
@@ -304,6 +309,10 @@ std::uint64_t small_resident() {
   }
   if (ours) pal::close_own(o);
   pal::fork_window_close();
+  // (The table full is not a failed read: 256 GiB of segments at least,
+  // counted as far as it goes, as before.)
+  if (!whole && n < sizeof ranges / sizeof ranges[0]) return last;
+  *last_known = false;
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < n; ++i)
     total += pal::resident_bytes(reinterpret_cast<const void*>(ranges[i].start), ranges[i].end - ranges[i].start);
@@ -315,6 +324,7 @@ struct Breakdown {
   std::uint64_t rss = 0, rss_anon = 0, rss_file = 0, rss_shmem = 0;
   std::size_t small_committed = 0, small_peak = 0;
   std::uint64_t small_resident = 0;
+  bool small_resident_last_known = false;  // the last answer's: /proc/self/maps not read
   std::int64_t small_used = 0;
   std::uint64_t large_usable = 0, large_committed = 0, large_blocks = 0;
   std::uint64_t large_live = 0;  // resident pages of live large blocks
@@ -375,7 +385,7 @@ void measure(Breakdown* b) {
   b->large_committed = large::space.mapped.load(std::memory_order_relaxed);
   b->large_blocks = large::space.blocks.load(std::memory_order_relaxed);
   measure_large(b);
-  b->small_resident = small_resident();
+  b->small_resident = small_resident(&b->small_resident_last_known);
   // The kernel's own counters of resident pages (what ps and top show),
   // read last, right after the pages above were counted.
   // Where the file is not read (no fork-gate window came: a program thread
@@ -405,8 +415,9 @@ void put_head(report::Out& o, const Breakdown& b) {
   o.put(" \"memory\": {{\"rss\": {}, \"rss_source\": \"/proc/self/status VmRSS\", \"rss_anon\": {}, \"rss_file\": {}, "
         "\"rss_shmem\": {},\n",
         b.rss, b.rss_anon, b.rss_file, b.rss_shmem);
-  o.put("  \"small_resident\": {}, \"small_committed\": {}, \"small_peak_committed\": {}, \"small_used\": {},\n",
-        b.small_resident, b.small_committed, b.small_peak, b.small_used);
+  o.put("  \"small_resident\": {}, \"small_resident_last_known\": {}, \"small_committed\": {}, "
+        "\"small_peak_committed\": {}, \"small_used\": {},\n",
+        b.small_resident, b.small_resident_last_known, b.small_committed, b.small_peak, b.small_used);
   o.put("  \"large_live\": {}, \"large_usable\": {}, \"large_blocks\": {}, \"large_extents\": {}, "
         "\"large_committed\": {}, \"large_list_missed\": {},\n",
         b.large_live, b.large_usable, b.large_blocks, b.live_extents, b.large_committed, b.live_missed);

@@ -358,7 +358,9 @@ def parts(mem):
     """The resident parts that add up to RSS, in display order: (label, bytes, note)."""
     return [
         ("small blocks", mem["small_resident"],
-         "mimalloc: %s committed, %s live" % (human(mem["small_committed"]), human(mem["small_used"]))),
+         "mimalloc: %s committed, %s live%s" % (human(mem["small_committed"]), human(mem["small_used"]),
+                                                # /proc/self/maps not read this time (src/live.cpp)
+                                                "; last known value" if mem.get("small_resident_last_known") else "")),
         ("large blocks live", mem["large_live"],
          "%d blocks, %s handed out" % (mem["large_blocks"], human(mem["large_usable"]))),
         ("reuse cache", mem["cache"], "freed large blocks kept for reuse"),

@@ -56,6 +56,12 @@ Cases (one meson test each):
              printing nothing of the squatter's; and so does a query that
              cannot tell whose each name is (/proc/PID/fd unreadable), which
              connects to the squatter's names but sends them nothing
+  maps_gone  (root) the process's /proc/PID/maps made unopenable (a bind
+             mount of /dev/null over it in the process's own mount
+             namespace): the small blocks' resident figure is the last one
+             read, marked small_resident_last_known, and `lowtide stats`
+             says "last known value" (0 and no mark until 2026-12-07);
+             read afresh once the mount is gone
   netns      a process in a network namespace of its own (unshare -rn),
              with its lowtide-live thread: `lowtide stats` says at once
              that it is not reachable from here and names nsenter, rather
@@ -875,11 +881,47 @@ def case_squat_start(prog, launcher, tmp):
             ls.close()
 
 
+def case_maps_gone(prog, launcher, tmp):
+    unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
+    if os.geteuid() != 0 or unshare is None or nsenter is None:
+        print("SKIP: needs root, unshare and nsenter (a mount over /proc/PID/maps in a mount namespace of its own)")
+        sys.exit(77)
+    # unshare execs the program in a private mount namespace: the mount
+    # below is seen by it alone.
+    p = Prog([unshare, "--mount", "--propagation", "private", prog], clean_env())
+    try:
+        check(wait_for(lambda: our_names(p.pid)), "the socket appears once the program made a large allocation")
+        first = stats_cmd.query(p.pid)["memory"]
+        check(first["small_resident"] > 0 and first.get("small_resident_last_known") is False,
+              "read from /proc/self/maps: %d, last known %s" % (first["small_resident"],
+                                                                first.get("small_resident_last_known")))
+        maps = "/proc/%d/maps" % p.pid
+        mount = [nsenter, "-t", str(p.pid), "-m", "mount", "--bind", "/dev/null", maps]
+        if not check(subprocess.run(mount, capture_output=True).returncode == 0, "mount over %s" % maps):
+            return
+        for _ in range(2):  # the second one too: the value kept is the last read, not the last answered
+            then = stats_cmd.query(p.pid)["memory"]
+            check(then["small_resident"] == first["small_resident"] and then.get("small_resident_last_known") is True,
+                  "maps not opened: %d, last known %s (the last read: %d)" % (
+                      then["small_resident"], then.get("small_resident_last_known"), first["small_resident"]))
+        rc, out, err = cli(launcher, ["stats", str(p.pid)])
+        check(rc == 0 and "last known value" in out, "the text says it is the last known value: %s %s" % (out, err))
+        subprocess.run([nsenter, "-t", str(p.pid), "-m", "umount", maps], capture_output=True)
+        again = stats_cmd.query(p.pid)["memory"]
+        check(again["small_resident"] > 0 and again.get("small_resident_last_known") is False,
+              "read again once the mount is gone: %d, last known %s" % (again["small_resident"],
+                                                                        again.get("small_resident_last_known")))
+        rc, out, err = cli(launcher, ["stats", str(p.pid)])
+        check(rc == 0 and "last known value" not in out, "not said of a fresh value: %s" % out)
+    finally:
+        p.stop()
+
+
 CASES = {"breakdown": case_breakdown, "refused": case_refused, "kill9": case_kill9, "off": case_off,
          "fork": case_fork, "closeall": case_closeall, "secure": case_secure, "squat": case_squat,
          "peer_uid": case_peer_uid, "bigans": case_bigans, "escapes": case_escapes, "flood": case_flood,
          "squat_start": case_squat_start, "bigtls": case_bigtls, "dropped": case_dropped,
-         "netns": case_netns, "nonutf8": case_nonutf8, "deepans": case_deepans}
+         "netns": case_netns, "nonutf8": case_nonutf8, "deepans": case_deepans, "maps_gone": case_maps_gone}
 
 if __name__ == "__main__":
     name, prog, launcher = sys.argv[1:4]
