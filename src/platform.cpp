@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -1360,6 +1361,36 @@ bool status_fields(const char* path, const char* fallback, const char* const* ke
   return r == 0;
 }
 }  // namespace
+
+int open_debug_file(const char* path, std::uint64_t* dev, std::uint64_t* ino) {
+  struct stat st;
+  const int fd = open_regular_fd(path, 0, &st);
+  if (fd < 0) return -1;
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return fd;
+}
+
+bool file_identity(const char* path, std::uint64_t* dev, std::uint64_t* ino) {
+  struct stat st;
+  if (::stat(path, &st) != 0) return false;
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return true;
+}
+
+long read_at(int fd, void* buf, std::size_t n, std::uint64_t off) {
+  for (;;) {
+    const long r = ::syscall(SYS_pread64, fd, buf, n, static_cast<off_t>(off));
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+void close_fd(int fd) { raw_close(fd); }
+
+bool real_path(const char* path, char* out, std::size_t cap) {
+  return cap >= PATH_MAX && ::realpath(path, out) != nullptr;
+}
 
 long read_file(const char* path, char* buf, std::size_t cap) {
   if (cap == 0) return -1;

@@ -371,6 +371,17 @@ void write_stderr(const char* s, std::size_t n);
 // each read and before its close.
 constexpr long kNoWindow = -2;
 long read_file(const char* path, char* buf, std::size_t cap);
+// A report's search for a separate debug file (symbolize.cpp): a regular
+// file opened read only (O_CLOEXEC, never blocking), *dev and *ino its
+// identity; -1 else. The fd may be handed to libdw, which closes it.
+int open_debug_file(const char* path, std::uint64_t* dev, std::uint64_t* ino);
+// stat's identity of path (the main file, which a candidate must not be).
+bool file_identity(const char* path, std::uint64_t* dev, std::uint64_t* ino);
+// pread: bytes read (0 at the end), -1 on error (EINTR retried).
+long read_at(int fd, void* buf, std::size_t n, std::uint64_t off);
+void close_fd(int fd);
+// realpath into out[cap] (cap >= PATH_MAX): false where it fails.
+bool real_path(const char* path, char* out, std::size_t cap);
 // The first number on each of the /proc/self/status lines named keys[0..n)
 // ("VmRSS:"), into kib[i] (the file's unit), 0 where the line is missing.
 // The file is scanned line by line, not read whole: its Groups line grows

@@ -414,12 +414,13 @@ void begin_own(OwnScratch* o) {
 // Only additions, so that no reader ever sees a counter go down (a
 // Prometheus counter that falls is a reset to rate()): of each pair, the
 // side that outweighs the other, by the difference. What the helpers keep
-// for good (libdw's first use of debuginfod initialises libcurl and
-// OpenSSL) stays counted as handed out, so that the totals' live bytes and
-// blocks stay what the process holds (and large_live's); what they freed
-// of blocks handed out before (none known) as freed. The bytes given back
-// to the OS are added whole: they were. Calls, histogram, bytes asked for
-// and the rest are dropped with the scratch slot.
+// for good (the first report's ~64 KiB; before reliability.md no. 110,
+// debuginfod's client and libcurl too) stays counted as handed out, so
+// that the totals' live bytes and blocks stay what the process holds (and
+// large_live's); what they freed of blocks handed out before (none known)
+// as freed. The bytes given back to the OS are added whole: they were.
+// Calls, histogram, bytes asked for and the rest are dropped with the
+// scratch slot.
 void end_own(OwnScratch* o) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_local.stats = o->real;

@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <dwarf.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <limits.h>
 #include <link.h>
 #include <type_traits>
 
@@ -40,7 +42,13 @@ struct Dw {
   decltype(&::dwfl_module_getsrc) module_getsrc;
   decltype(&::dwfl_lineinfo) lineinfo;
   decltype(&::dwfl_build_id_find_debuginfo) build_id_find_debuginfo;
-  decltype(&::dwfl_standard_find_debuginfo) standard_find_debuginfo;
+  decltype(&::elf_begin) elf_begin;  // libelf's, through libdw's handle
+  decltype(&::elf_end) elf_end;
+  decltype(&::dwelf_elf_gnu_build_id) elf_gnu_build_id;
+  // zlib's crc32 (libelf's dependency), for .gnu_debuglink's CRC; nullptr
+  // where it is not found: a module without a build ID then gets no debug
+  // file by debuglink.
+  unsigned long (*crc32)(unsigned long, const unsigned char*, unsigned);
   decltype(&::dwfl_module_addrdie) module_addrdie;
   decltype(&::dwarf_getscopes) getscopes;
   decltype(&::dwarf_tag) tag;
@@ -72,18 +80,115 @@ Dwfl* dwfl = nullptr;
 bool dwfl_failed = false;
 Dwfl_Module* mods[kCached];
 std::uint8_t mod_state[kCached];
-char* debuginfo_path = nullptr;  // libdw's default search path
+char* debuginfo_path = nullptr;  // (read by libdw's standard search only: never run)
 
-// Separate debug files by build ID (/usr/lib/debug/.build-id) and, unless a
-// debuginfod server is configured, by .gnu_debuglink name too: the standard
-// search would then ask the network, from inside someone's exiting process.
+// Where a debug file is not found by build ID, libdw's standard search
+// (dwfl_standard_find_debuginfo) ends, in elfutils 0.188, by dlopening
+// debuginfod's client (libdebuginfod.so.1, which brings libcurl and its
+// TLS, Kerberos and LDAP libraries, 29 objects on Debian 12, with their
+// constructors and their allocations) into the process,
+// whatever DEBUGINFOD_URLS says: from inside someone's program, often as it
+// exits. So it is never called: a debug file is found by build ID
+// (/usr/lib/debug/.build-id, dwfl_build_id_find_debuginfo, which also finds
+// dwz's alt files by theirs) or by the object's .gnu_debuglink, searched
+// here where GDB and libdw look by default, and no debuginfod server is
+// ever asked, DEBUGINFOD_URLS set or not (nothing is left to skip).
+
+// The GNU build ID of the ELF file open at fd equals bits[len].
+bool same_build_id(int fd, const unsigned char* bits, int len) {
+  // Read, not mapped: a file cut short meanwhile is an error, not SIGBUS.
+  Elf* elf = dw.elf_begin(fd, ELF_C_READ, nullptr);
+  if (elf == nullptr) return false;
+  const void* id = nullptr;
+  const ssize_t n = dw.elf_gnu_build_id(elf, &id);
+  const bool same = n == len && std::memcmp(id, bits, static_cast<std::size_t>(len)) == 0;
+  dw.elf_end(elf);
+  return same;
+}
+
+// zlib's crc32 of the whole file open at fd (the .gnu_debuglink CRC) is crc.
+bool same_crc(int fd, GElf_Word crc) {
+  if (dw.crc32 == nullptr || crc == 0) return false;  // 0: nothing to check it by
+  unsigned char buf[8192];
+  unsigned long sum = dw.crc32(0, nullptr, 0);
+  std::uint64_t off = 0;
+  for (;;) {
+    const long n = pal::read_at(fd, buf, sizeof buf, off);
+    if (n < 0) return false;
+    if (n == 0) break;
+    sum = dw.crc32(sum, buf, static_cast<unsigned>(n));
+    off += static_cast<std::uint64_t>(n);
+  }
+  return static_cast<GElf_Word>(sum) == crc;
+}
+
+struct FileId {
+  bool known = false;
+  std::uint64_t dev = 0, ino = 0;
+};
+
+// The debug file `link` for the main file at `path`: in path's directory,
+// its .debug/ subdirectory, and /usr/lib/debug/ followed by path's
+// directory (GDB's and libdw's default places, in their order). A
+// candidate that is the main file itself is skipped; one is taken only
+// where it is the module's: the same build ID where the module has one,
+// else the debuglink's CRC. The fd (read only, O_CLOEXEC) or -1.
+int debuglink_in(Dwfl_Module* mod, const char* path, const char* link, GElf_Word crc, const FileId& main_file,
+                 char** found) {
+  const char* slash = std::strrchr(path, '/');
+  const std::size_t dir_len = slash == nullptr ? 0 : static_cast<std::size_t>(slash - path);
+  const unsigned char* bits = nullptr;
+  GElf_Addr at = 0;
+  const int bits_len = dw.module_build_id(mod, &bits, &at);
+  static constexpr const char* kPlaces[][2] = {{"", "/"}, {"", "/.debug/"}, {"/usr/lib/debug", "/"}};
+  for (const auto& place : kPlaces) {
+    if (place[0][0] != '\0' && path[0] != '/') continue;  // a relative path has no place under /usr/lib/debug
+    char cand[PATH_MAX];
+    const std::size_t pre = std::strlen(place[0]), mid = std::strlen(place[1]), tail = std::strlen(link);
+    if (slash == nullptr && pre == 0) {
+      // A bare file name: the current directory's (as libdw, which looks
+      // there only for such a path).
+      if (mid + tail >= sizeof cand) continue;
+      std::memcpy(cand, place[1] + 1, mid - 1);
+      std::memcpy(cand + mid - 1, link, tail + 1);
+    } else {
+      if (pre + dir_len + mid + tail >= sizeof cand) continue;
+      std::memcpy(cand, place[0], pre);
+      std::memcpy(cand + pre, path, dir_len);
+      std::memcpy(cand + pre + dir_len, place[1], mid);
+      std::memcpy(cand + pre + dir_len + mid, link, tail + 1);
+    }
+    std::uint64_t dev = 0, ino = 0;
+    const int fd = pal::open_debug_file(cand, &dev, &ino);
+    if (fd < 0) continue;
+    const bool is_main = main_file.known && dev == main_file.dev && ino == main_file.ino;
+    if (!is_main && (bits_len > 0 ? same_build_id(fd, bits, bits_len) : same_crc(fd, crc))) {
+      // libdw frees the name with the module (dwfl_end); without it, the
+      // fd is enough.
+      *found = ::strdup(cand);
+      return fd;
+    }
+    pal::close_fd(fd);
+  }
+  return -1;
+}
+
 int find_debuginfo(Dwfl_Module* mod, void** user, const char* name, Dwarf_Addr base, const char* file,
                    const char* link, GElf_Word crc, char** found) {
   int fd = dw.build_id_find_debuginfo(mod, user, name, base, file, link, crc, found);
   if (fd >= 0) return fd;
-  const char* urls = std::getenv("DEBUGINFOD_URLS");
-  if (urls != nullptr && urls[0] != '\0') return -1;
-  return dw.standard_find_debuginfo(mod, user, name, base, file, link, crc, found);
+  // No debuglink (libdw's standard search then makes up FILE.debug:
+  // lowtide does not), or no file to look beside.
+  if (link == nullptr || link[0] == '\0' || file == nullptr || file[0] == '\0') return -1;
+  FileId main_file;
+  main_file.known = pal::file_identity(file, &main_file.dev, &main_file.ino);
+  fd = debuglink_in(mod, file, link, crc, main_file, found);
+  if (fd >= 0) return fd;
+  // A path through a symbolic link (/lib on a merged /usr): the debug file
+  // may be filed under the real one, as libdw's search also tries.
+  char real[PATH_MAX];
+  if (!pal::real_path(file, real, sizeof real) || std::strcmp(real, file) == 0) return -1;
+  return debuglink_in(mod, real, link, crc, main_file, found);
 }
 
 // Every module is reported with its file (dwfl_report_elf): there is never
@@ -284,7 +389,9 @@ bool load() {
   get(d.module_getsrc, "dwfl_module_getsrc");
   get(d.lineinfo, "dwfl_lineinfo");
   get(d.build_id_find_debuginfo, "dwfl_build_id_find_debuginfo");
-  get(d.standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+  get(d.elf_begin, "elf_begin");
+  get(d.elf_end, "elf_end");
+  get(d.elf_gnu_build_id, "dwelf_elf_gnu_build_id");
   get(d.module_addrdie, "dwfl_module_addrdie");
   get(d.getscopes, "dwarf_getscopes");
   get(d.tag, "dwarf_tag");
@@ -293,6 +400,9 @@ bool load() {
   get(d.getsrcfiles, "dwarf_getsrcfiles");
   get(d.filesrc, "dwarf_filesrc");
   if (!ok) return false;
+  // Optional (see Dw::crc32): dlsym on libdw's handle searches its
+  // dependencies too (libelf's libz).
+  d.crc32 = reinterpret_cast<decltype(d.crc32)>(::dlsym(h, "crc32"));
   dw = d;
   have_dw = true;
   return true;

@@ -2,8 +2,8 @@
  * 104): writing a report with call sites on names their frames through
  * libdw, which allocates (with compressed debug sections, such as this
  * program's (-gz) or Debian's -dbg packages, large buffers to inflate
- * them; and where a debug file is missing, debuginfod's client, which
- * starts libcurl), and demangles through the C++ runtime, which allocates
+ * them; and, before no. 110, where a debug file was missing,
+ * debuginfod's client, which starts libcurl), and demangles through the C++ runtime, which allocates
  * too. Those calls were counted as the program's, on the reporting
  * thread: a report, lowtide_get_stats and the next report showed tens of
  * thousands of calls the program never made, call sites in libdw, libelf
