@@ -11,6 +11,26 @@ namespace {
 // Large blocks are aligned to 2 MiB inside the range when that helps
 // transparent huge pages; the range itself starts on such a boundary.
 constexpr std::size_t kRangeAlign = std::size_t{2} << 20;
+
+// This thread's own share of the give-back counts (giving_back_, hiding_,
+// held_unlisted_ and its runs in held_), for a forked child's reset: a
+// signal handler that forks while this thread is inside a give-back leaves
+// the child's copy of the thread to finish it. Changed with the shared
+// counts under the arena's lock, which fork's prepare handler takes, so a
+// fork never falls between the two. (Initial-exec TLS, as every lowtide
+// thread local, constant-initialised: reading or writing it allocates
+// nothing. One process arena: unit tests that make several use them one
+// at a time on a thread, and every give-back ends at 0 here.) 16 bytes:
+// static TLS stays small (docs/design.md). One listed run: a second, nested
+// (a signal handler's give-back inside one), is counted unlisted for a
+// child, which then takes any request as one that may fit until it ends.
+constexpr int kOwnListed = 1;
+struct OwnCounts {
+  std::int16_t giving_back, hiding, unlisted, listed;
+  Arena::Held runs[kOwnListed];
+};
+static_assert(sizeof(OwnCounts) == 16);
+thread_local OwnCounts t_own = {};
 }  // namespace
 
 bool Arena::init(std::size_t want, std::size_t min) {
@@ -199,11 +219,19 @@ void Arena::release(std::uint32_t s, std::uint32_t n) {
 void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, std::size_t),
                       bool (*drop_writable)(void*, std::size_t)) {
   own_unfinished_add(1);
+  // The counts change under the lock (see t_own): a fork, whose
+  // prepare handler takes it, comes before or after each change and this
+  // thread's own share of it, never between them.
+  lock();
   hiding_.fetch_add(1, std::memory_order_acq_rel);
+  ++t_own.hiding;
   if (drop_writable == nullptr) {
+    unlock();
     decommit(addr(s), std::size_t{n} << kGranuleShift);
-    release(s, n);
+    lock();
+    release_locked(s, n);
     end_hiding();
+    unlock();
     own_unfinished_add(-1);
     return;
   }
@@ -211,7 +239,7 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   // (both sequentially consistent): either this call sees it and maps
   // PROT_NONE, or the mlockall sees this call and waits for it.
   giving_back_.fetch_add(1, std::memory_order_seq_cst);
-  lock();
+  ++t_own.giving_back;
   std::uint32_t rs = s, rn = n;
   bool at_tail = s + n == granules_;
   if (s > 0 && (tag_[s - 1] & kFree)) {
@@ -240,32 +268,62 @@ void Arena::give_back(std::uint32_t s, std::uint32_t n, void (*decommit)(void*, 
   lock();
   unhold(rs, rn);
   release_locked(rs, rn);
-  unlock();
   end_hiding();
   giving_back_.fetch_sub(1, std::memory_order_seq_cst);
+  --t_own.giving_back;
+  unlock();
   own_unfinished_add(-1);
 }
 
-void Arena::hold(std::uint32_t s, std::uint32_t n) {
-  if (held_count_ < kHeldSlots) held_[held_count_++] = Held{s, n};
-  else ++held_unlisted_;
+void Arena::hold(std::uint32_t s, std::uint32_t n) {  // under mu_
+  if (held_count_ < kHeldSlots) {
+    held_[held_count_++] = Held{s, n};
+    if (t_own.listed < kOwnListed) t_own.runs[t_own.listed++] = Held{s, n};
+    else ++t_own.unlisted;  // a child would find it unlisted
+  } else {
+    ++held_unlisted_;
+    ++t_own.unlisted;
+  }
 }
 
-void Arena::unhold(std::uint32_t s, std::uint32_t n) {
+void Arena::unhold(std::uint32_t s, std::uint32_t n) {  // under mu_
   for (int i = 0; i < held_count_; ++i) {
     if (held_[i].s == s && held_[i].n == n) {
       held_[i] = held_[--held_count_];
+      for (int j = 0; j < t_own.listed; ++j) {
+        if (t_own.runs[j].s == s && t_own.runs[j].n == n) {
+          t_own.runs[j] = t_own.runs[--t_own.listed];
+          return;
+        }
+      }
+      --t_own.unlisted;
       return;
     }
   }
   --held_unlisted_;
+  --t_own.unlisted;
 }
 
 // The epoch first, then the count: a look that finds nothing under way
-// (reading the count first) sees every ended one's epoch step.
+// (reading the count first) sees every ended one's epoch step. Under mu_.
 void Arena::end_hiding() {
   ended_.fetch_add(1, std::memory_order_release);
   hiding_.fetch_sub(1, std::memory_order_release);
+  --t_own.hiding;
+}
+
+void Arena::reset_after_fork() {
+  pthread_mutex_init(&mu_, nullptr);
+  // No other thread runs here, but this one may be inside give-backs (a
+  // signal handler that interrupted one forked): its copy finishes them
+  // once the handler returns and takes off what it added, so each count
+  // starts from this thread's own share, not 0 (0 took them below 0, and
+  // a later mlockall waited for ever in wait_give_backs).
+  giving_back_.store(t_own.giving_back, std::memory_order_relaxed);
+  hiding_.store(t_own.hiding, std::memory_order_relaxed);
+  held_count_ = 0;
+  for (int j = 0; j < t_own.listed; ++j) held_[held_count_++] = t_own.runs[j];
+  held_unlisted_ = t_own.unlisted;
 }
 
 void Arena::wait_give_backs() const {
@@ -282,9 +340,11 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   own_unfinished_add(1);
   // Its batches are not listed one by one: while it runs, settle counts
   // any request as one that may fit.
-  hiding_.fetch_add(1, std::memory_order_acq_rel);
   lock();
+  hiding_.fetch_add(1, std::memory_order_acq_rel);
+  ++t_own.hiding;
   ++held_unlisted_;
+  ++t_own.unlisted;
   unlock();
   for (std::uint32_t cursor = 0;;) {
     int k = 0;
@@ -324,8 +384,9 @@ void Arena::protect_free(void (*decommit)(void*, std::size_t)) {
   }
   lock();
   --held_unlisted_;
-  unlock();
+  --t_own.unlisted;
   end_hiding();
+  unlock();
   own_unfinished_add(-1);
 }
 

@@ -223,13 +223,13 @@ class Arena {
 
   void lock() { pthread_mutex_lock(&mu_); }
   void unlock() { pthread_mutex_unlock(&mu_); }
-  void reset_after_fork() {
-    pthread_mutex_init(&mu_, nullptr);
-    giving_back_.store(0, std::memory_order_relaxed);  // the forking thread's only: no other runs here
-    hiding_.store(0, std::memory_order_relaxed);
-    held_count_ = 0;
-    held_unlisted_ = 0;
-  }
+  // In a forked child (its one thread's own give-backs under way kept).
+  void reset_after_fork();
+
+  // A run a give-back holds out of the free lists (held_).
+  struct Held {
+    std::uint32_t s, n;
+  };
 
  private:
   static constexpr std::uint32_t kLenMask = 0x3fffffff;
@@ -295,9 +295,6 @@ class Arena {
   std::atomic<std::uint64_t> ended_{0};  // and ended (settle's epoch)
   // The runs give_backs hold out of the free lists (under mu_); past
   // kHeldSlots (or while protect_free runs) counted, not listed.
-  struct Held {
-    std::uint32_t s, n;
-  };
   static constexpr int kHeldSlots = 32;
   Held held_[kHeldSlots] = {};
   int held_count_ = 0;

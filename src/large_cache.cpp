@@ -109,6 +109,15 @@ void ReuseCache::remove_at(int i) {  // under mu_
   entries_[i] = entries_[--count_];
 }
 
+namespace {
+// This thread's own share of in_flight_, for a forked child's reset
+// (reset_after_fork). Changed with in_flight_ under the cache's lock, which
+// fork's prepare handler takes, so a fork (a signal handler's, on this
+// thread) never falls between the two. Initial-exec TLS, constant-
+// initialised: no allocation to reach it.
+thread_local std::size_t t_own_in_flight = 0;
+}  // namespace
+
 // Give extents back to the OS: outside the lock, since dropping many pages
 // takes a while.
 std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
@@ -119,7 +128,10 @@ std::size_t ReuseCache::give_back(const Entry* out, const Reason* why, int n) {
     // settle, seeing nothing in flight, sees the epoch moved (its room is
     // free already) and tries again (review).
     arena_.give_back(e.start, e.n, deps_.decommit, deps_.drop_writable);
+    lock();  // (see t_own_in_flight)
     in_flight_.fetch_sub(e.bytes(), std::memory_order_release);
+    t_own_in_flight -= e.bytes();
+    unlock();
     total += e.bytes();
     if (deps_.returned != nullptr) deps_.returned(e.bytes(), why[i]);
   }
@@ -135,6 +147,7 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
   for (int i = 0; i < n; ++i) bytes += Extent::bytes_of(out[i].n);
   Arena::own_unfinished_add(1);  // until give_back, which always follows, ends
   if (bytes != 0) in_flight_.fetch_add(bytes, std::memory_order_relaxed);
+  t_own_in_flight += bytes;
   unlock();
 }
 
@@ -142,8 +155,24 @@ void ReuseCache::unlock_giving(const Entry* out, int n) {
 // back, or in use: the epoch first, as give_back.
 void ReuseCache::end_trial(std::uint32_t n) {
   trials_ended_.fetch_add(1, std::memory_order_release);
+  lock();  // (see t_own_in_flight)
   in_flight_.fetch_sub(Extent::bytes_of(n), std::memory_order_release);
+  t_own_in_flight -= Extent::bytes_of(n);
+  unlock();
   Arena::own_unfinished_add(-1);  // (take_at's)
+}
+
+void ReuseCache::reset_after_fork() {
+  pthread_mutex_init(&mu_, nullptr);
+  // Another thread's give-back does not go on in the child
+  // (large::fork_child_reclaim gives its run back); this thread's own, where
+  // a signal handler that interrupted it forked, does once the handler
+  // returns, and takes its bytes off: they stay counted (from 0 the count
+  // wrapped, and every miss that found no room waited settle's bound).
+  in_flight_.store(t_own_in_flight, std::memory_order_relaxed);
+  // Thread ids change in the child (its one thread's too): a rest kept
+  // for a parent's thread would be passed over by everyone there.
+  for (int i = 0; i < count_; ++i) entries_[i].owner = 0;
 }
 
 ReuseCache::Settle ReuseCache::settle_start() const {
@@ -496,6 +525,7 @@ bool ReuseCache::take_at(std::uint32_t at, std::uint32_t n, bool as_reuse, std::
         else {
           Arena::own_unfinished_add(1);  // until end_trial
           in_flight_.fetch_add(Extent::bytes_of(n), std::memory_order_relaxed);
+          t_own_in_flight += Extent::bytes_of(n);
         }
         ok = true;
       }

@@ -330,15 +330,7 @@ class ReuseCache {
     unlock();
     return found;
   }
-  void reset_after_fork() {
-    pthread_mutex_init(&mu_, nullptr);
-    // The forking thread's only (another thread's give-back does not go on
-    // in the child: large::fork_child_reclaim gives its run back).
-    in_flight_.store(0, std::memory_order_relaxed);
-    // Thread ids change in the child (its one thread's too): a rest kept
-    // for a parent's thread would be passed over by everyone there.
-    for (int i = 0; i < count_; ++i) entries_[i].owner = 0;
-  }
+  void reset_after_fork();  // in a forked child
 
  private:
   struct Entry {

@@ -4,7 +4,10 @@
 // Before the fix the child inherited the extent (and, for a plain free, the
 // free space around it) as used by nobody, for good: a block that needed
 // the room went to mimalloc ("the large-block range is full") and the
-// pages stayed committed.
+// pages stayed committed. And in a child made by the freeing thread itself
+// (a signal handler's fork), the counts of give-backs under way must be
+// back at 0 once its copy of that thread has finished: mlockall waits for
+// them.
 //
 // Deterministic, no timing: this program defines mmap, which lowtide's
 // calls reach (an executable's definition comes first), and parks the
@@ -155,6 +158,11 @@ static void child_checks(const char* name, uintptr_t where) {
       }
     for (int i = 0; i <= k && i < 64; ++i) free(r[i]);
     free(q);
+    // No give-back is under way here: mlockall, which waits for those under
+    // way, returns (under the alarm). In the "own" child the counts went
+    // below 0 once its copy of the forking thread had finished its
+    // give-back, and mlockall waited for ever.
+    if (mlockall(MCL_FUTURE) == 0) munlockall();
     _exit(0);
   }
 }

@@ -2,7 +2,10 @@
 // and fake page operations (nothing here is ever committed: the cache only
 // moves extents between itself and the arena).
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "arena.hpp"
@@ -1113,4 +1116,58 @@ TEST_CASE("cache: a measure is stored only on the entry it was taken of") {
   r.c.evict_for(std::size_t{1} << 20);
   CHECK(r.c.cached_bytes() == ReuseCache::kMissSlack - (std::size_t{1} << 20));
   CHECK(r.c.check() == nullptr);
+}
+
+// A signal handler that forks while its thread is inside a give-back (found
+// by the review of the large path): the child's copy of the thread finishes
+// the give-back once the handler returns. Here the child's handler
+// (Arena::reset_after_fork and ReuseCache::reset_after_fork, as
+// after_fork_child runs them) is called from inside the give-back's page
+// operation, where such a fork comes. When the give-back is over every
+// count must be 0 again: before the fix the child's counts started from 0
+// and went below it (in_flight wrapped), and wait_give_backs (mlockall's)
+// spun for ever. That wait runs on a thread of its own, watched for 5 s.
+namespace {
+Arena* forking_arena = nullptr;
+ReuseCache* forking_cache = nullptr;
+int forks_left = 0;
+bool forking_drop(void*, std::size_t) {
+  if (forks_left > 0) {
+    --forks_left;
+    forking_arena->reset_after_fork();
+    forking_cache->reset_after_fork();
+  }
+  return false;  // refused: decommit, as pal::drop_writable's fallback
+}
+}  // namespace
+
+TEST_CASE("cache: a fork inside a give-back on the forking thread leaves every count at 0 when it ends") {
+  Deps deps = kFakeDeps;
+  deps.drop_writable = &forking_drop;
+  Rig r(64 * G, kDecay, deps);
+  const Extent x = r.used(4), y = r.used(6);
+  REQUIRE(r.put(x));
+  REQUIRE(r.put(y));
+  forking_arena = &r.a;
+  forking_cache = &r.c;
+  forks_left = 1;
+  r.c.purge(true);  // both given back, the fork inside the first
+  CHECK(forks_left == 0);
+  CHECK(r.c.cached_bytes() == 0);
+  CHECK(r.c.in_flight() == 0);
+  CHECK(r.a.hiding() == 0);
+  // No run held out, none counted unlisted: the whole range does not fit.
+  CHECK_FALSE(r.a.may_fit_once_settled(r.total, 1, 0, 0));
+  std::atomic<bool> waited{false};
+  std::thread t([&] {
+    r.a.wait_give_backs();
+    waited.store(true);
+  });
+  for (int i = 0; i < 500 && !waited.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(waited.load());
+  // Outside any give-back this thread's share is 0: a reset now puts every
+  // count back at 0 (and frees the waiting thread where the test failed).
+  r.a.reset_after_fork();
+  r.c.reset_after_fork();
+  t.join();
 }
