@@ -9,6 +9,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include "log.hpp"
 #include "platform.hpp"
@@ -51,8 +52,52 @@ Module* modules = nullptr;
 char* strings = nullptr;
 
 // Only for inserting a new site (copies into the table, nothing else): never
-// held while unwinding, looking up modules or allocating.
-pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+// held while unwinding, looking up modules or allocating. The lock word is
+// the pid of the process whose thread holds it (kWaiters added while a
+// thread sleeps on it; 0: free), taken in one compare-and-swap, so that the
+// holder's pid and the holding are one. A child made without fork's
+// handlers (_Fork, glibc 2.34+; clone) inherits the lock as the parent had
+// it: where one of the parent's other threads held it, no thread there
+// will ever let it go. That child finds another pid in it and does not
+// wait (a pthread mutex waited for ever, every signal blocked); the table
+// may be half-written there (a site's frames copied, its hash not yet
+// published), so it adds no site to it: new stacks count in site 1, as
+// when the table is full (pal::ForkGate goes by its owner pid the same way).
+std::atomic<std::uint32_t> mu{0};
+static_assert(sizeof mu == sizeof(std::uint32_t) && std::atomic<std::uint32_t>::is_always_lock_free);
+constexpr std::uint32_t kWaiters = 0x80000000u;  // above every pid (pid_max is 2^22 at most)
+const std::uint32_t* mu_word() { return reinterpret_cast<const std::uint32_t*>(&mu); }
+// false: held by a thread of another process (this one's parent, which
+// made it without fork's handlers). `me`: getpid(), not g.pid, which no
+// handler updated in such a child.
+bool lock_table(std::uint32_t me) {
+  std::uint32_t want = me;
+  for (;;) {
+    std::uint32_t w = 0;
+    if (mu.compare_exchange_strong(w, want, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+    if ((w & ~kWaiters) != me) {
+      // Marked as held by no process (pid 0): a later child of this one
+      // whose pid comes round to that process's again must not take the
+      // lock for its own.
+      mu.compare_exchange_strong(w, kWaiters, std::memory_order_relaxed);
+      return false;
+    }
+    if ((w & kWaiters) == 0 && !mu.compare_exchange_strong(w, w | kWaiters, std::memory_order_relaxed)) continue;
+    // Until the holder lets go and wakes one sleeper (bounded: a wake this
+    // thread missed costs it 1 ms). Taken with kWaiters from here on: other
+    // sleepers may still be there, and the next unlock wakes one of them.
+    pal::futex_wait(mu_word(), w | kWaiters, 1'000'000);
+    want = me | kWaiters;
+  }
+}
+void unlock_table() {
+  if ((mu.exchange(0, std::memory_order_release) & kWaiters) != 0) pal::futex_wake(mu_word());
+}
+std::uint32_t process_id() { return static_cast<std::uint32_t>(::getpid()); }
+// Whether fork_prepare took the lock (fork_parent lets it go, fork_child
+// frees it): not where another process's thread held it, which stays so
+// in both. (glibc runs one fork's handlers at a time.)
+bool fork_took_lock = false;
 std::uint32_t used = 0, frames_used = 0, nmodules = 0;  // under mu
 std::atomic<std::uint32_t> modules_view{0};
 std::atomic<std::uint32_t> used_view{0};
@@ -63,6 +108,9 @@ std::uint64_t interval_bytes = 0;
 std::uint32_t show = 0;
 
 std::atomic<int> capturing{0};
+// The process whose threads `capturing` counts (start, fork_child): another
+// pid in a child made without fork's handlers (fork_prepare).
+std::atomic<std::uint32_t> count_pid{0};
 // ThreadLocal::in_capture's bits (capture_site).
 constexpr std::uint16_t kCaptureBusy = 1, kCaptureCounted = 2;
 std::atomic<bool> fork_pending{false};
@@ -199,7 +247,10 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
   sigset_t all, saved;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pthread_mutex_lock(&mu);
+  if (!lock_table(process_id())) {
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    return kFullSite;
+  }
   std::uint32_t at = find(h);
   if (at == 0) {
     if (used >= kMaxUsed || frames_used + static_cast<std::uint32_t>(n) > kFramePool) {
@@ -231,7 +282,7 @@ std::uint32_t insert(std::uint64_t h, const std::uintptr_t* ips, int n, const py
       used_view.store(used, std::memory_order_release);
     }
   }
-  pthread_mutex_unlock(&mu);
+  unlock_table();
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   return at;
 }
@@ -468,6 +519,7 @@ void start() {
     stats::end_own(&own);
   }
   if (!unwinds) return;
+  count_pid.store(process_id(), std::memory_order_relaxed);
   enabled.store(true, std::memory_order_release);
 }
 
@@ -479,23 +531,36 @@ void fork_prepare() {
   // no mu (insert blocks signals while it does) and goes on in both
   // processes.
   const int own = (t_local.in_capture & kCaptureCounted) != 0 ? 1 : 0;
+  // A process made without fork's handlers (_Fork) inherits the count of
+  // its parent's other threads' captures, which never end here: it starts
+  // the count afresh, with its own, at its first fork (else every fork of
+  // its waited the 2 s below). Later threads' captures under way then may
+  // not be waited for, as with pal::ForkGate's adopt.
+  const std::uint32_t me = process_id();
+  if (count_pid.load(std::memory_order_relaxed) != me) {
+    count_pid.store(me, std::memory_order_relaxed);
+    capturing.store(own, std::memory_order_seq_cst);
+  }
   // Bounded: a capture waiting on a loader lock the forking thread holds
   // (fork from a library constructor) must not hang the fork.
   for (int i = 0; i < 20000 && capturing.load(std::memory_order_seq_cst) > own; ++i) {
     timespec ts{0, 100'000};
     nanosleep(&ts, nullptr);
   }
-  pthread_mutex_lock(&mu);
+  fork_took_lock = lock_table(me);
 }
 void fork_parent() {
   if (!enabled.load(std::memory_order_relaxed)) return;
-  pthread_mutex_unlock(&mu);
+  if (fork_took_lock) unlock_table();
   fork_pending.store(false, std::memory_order_seq_cst);
 }
 void fork_child() {
   if (!enabled.load(std::memory_order_relaxed)) return;
   symbolize::fork_child();
-  pthread_mutex_init(&mu, nullptr);
+  // Free where this fork's prepare handler took it; else it stays held by
+  // the process that held it, another one than this child too.
+  if (fork_took_lock) mu.store(0, std::memory_order_relaxed);
+  count_pid.store(process_id(), std::memory_order_relaxed);
   // Only this thread's own capture, if a signal handler forked from it,
   // goes on here (and takes itself off the count when it ends).
   capturing.store((t_local.in_capture & kCaptureCounted) != 0 ? 1 : 0, std::memory_order_relaxed);
