@@ -335,6 +335,17 @@ bool drop_writable(void* p, std::size_t len) {
       locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;
+  if (data_limit_finite.load(std::memory_order_relaxed)) {
+    // The run may take in PROT_NONE free neighbours, and a MAP_FIXED mmap
+    // is checked against RLIMIT_DATA only after the pages it replaces are
+    // taken off, those among them: a free took VmData over the limit
+    // (reliability.md no. 140). mprotect is checked for the pages it makes
+    // writable; the pages then dropped in place. Refused (the limit, or
+    // locked pages MADV_DONTNEED will not drop): the caller's decommit.
+    const bool ok = sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0 && ::madvise(p, len, MADV_DONTNEED) == 0;
+    errno = saved;
+    return ok;
+  }
   void* r = ::mmap(p, len, PROT_READ | PROT_WRITE, kReserveFlags | MAP_FIXED, -1, 0);
   if (r == p) return true;
   errno = saved;  // past vm.max_map_count: the caller's decommit copes
