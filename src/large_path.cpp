@@ -333,7 +333,7 @@ Result LargePath::allocate(std::size_t size, std::size_t align, Origin origin, s
     Result r = commit_fresh(&pl, &e, &stale);
     // Refused by the kernel (RLIMIT_DATA, an mlock limit, the map count):
     // what is held and unused given up, and the commit tried once more.
-    if (r == Result::no_mapping && give_up_held()) r = commit_fresh(&pl, &e, &stale);
+    if (r == Result::no_mapping && give_up_held(pl.bytes)) r = commit_fresh(&pl, &e, &stale);
     if (r != Result::ok) return r;
     if (stale != 0) {
       // The front is a cached block's pages; the fresh rest reads as zero.
@@ -385,10 +385,14 @@ void LargePath::release(void* p, const char* what) {
 // counts as data too: made PROT_NONE (Arena::protect_free), as glibc's
 // unmapped chunks are not counted. Only after a refusal: elsewhere free
 // space stays read-write, and the map count low (tests/memory/map_count).
-// Whether anything was given up.
-bool LargePath::give_up_held() {
+// And only where the limit can have been the cause (VmData + want past
+// it): protect_free walks every extent of the range, and at
+// vm.max_map_count, where every commit may be refused, a walk per refusal
+// made stress/map_pressure under `prlimit --data=64GiB` run for minutes
+// instead of 3 s. Whether anything was given up.
+bool LargePath::give_up_held(std::size_t want) {
   bool any = cache_.purge(true) != 0;
-  if (ops_.data_limited != nullptr && ops_.data_limited()) {
+  if (ops_.data_limit_near != nullptr && ops_.data_limit_near(want)) {
     a_.protect_free(ops_.decommit);
     any = true;
   }
@@ -906,10 +910,10 @@ Result resize(void* p, std::size_t size, void** out) {
 
 std::size_t usable(const void* p, const char* what) { return the_path.usable(p, what); }
 
-bool give_up_held() {
+bool give_up_held(std::size_t want) {
   if (!space.arena.ready()) return cache::purge(true) != 0;
   Arena::own_unfinished_add(1);
-  const bool any = the_path.give_up_held();
+  const bool any = the_path.give_up_held(want);
   Arena::own_unfinished_add(-1);
   return any;
 }

@@ -52,8 +52,9 @@ std::size_t usable(const void* p, const char* what);
 
 // After the kernel refused memory: the reuse cache given back, and under a
 // finite RLIMIT_DATA the read-write free space between live blocks made
-// PROT_NONE (LargePath::give_up_held). Whether anything was given up.
-bool give_up_held();
+// PROT_NONE (LargePath::give_up_held) where the limit can have refused
+// `want` bytes. Whether anything was given up.
+bool give_up_held(std::size_t want);
 
 // The large path over what it works on: an arena, the reuse cache cutting
 // and joining extents in it, and the page operations (tests/unit drive one
@@ -72,7 +73,7 @@ class LargePath {
   void release(void* p, const char* what);
   Result resize(void* p, std::size_t size, void** out);
   std::size_t usable(const void* p, const char* what) const;
-  bool give_up_held();
+  bool give_up_held(std::size_t want);
 
  private:
   struct Plan;

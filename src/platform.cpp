@@ -215,7 +215,6 @@ void note_data_limit() {
   data_limit_finite.store(finite, std::memory_order_relaxed);
 }
 
-bool data_limited() { return data_limit_finite.load(std::memory_order_relaxed); }
 
 Commit commit(void* p, std::size_t len) {
   // Asked once: a mode not read waited 10 ms for a window.
@@ -339,7 +338,7 @@ bool drop_writable(void* p, std::size_t len) {
     // The run may take in PROT_NONE free neighbours, and a MAP_FIXED mmap
     // is checked against RLIMIT_DATA only after the pages it replaces are
     // taken off, those among them: a free took VmData over the limit
-    // (reliability.md no. 140). mprotect is checked for the pages it makes
+    // (reliability.md no. 117). mprotect is checked for the pages it makes
     // writable; the pages then dropped in place. Refused (the limit, or
     // locked pages MADV_DONTNEED will not drop): the caller's decommit.
     const bool ok = sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0 && ::madvise(p, len, MADV_DONTNEED) == 0;
@@ -1465,6 +1464,21 @@ bool leader_gone(int pid, long* threads) {
 bool read_status_kib(const char* const* keys, std::uint64_t* kib, std::size_t n) {
   unsigned found = 0;
   return status_fields("/proc/self/status", nullptr, keys, kib, n, &found, false);
+}
+
+bool data_limit_near(std::size_t want) {
+  if (!data_limit_finite.load(std::memory_order_relaxed)) return false;
+  const int saved = errno;
+  struct rlimit data;
+  const bool finite = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  static constexpr const char* kKeys[] = {"VmData:"};
+  std::uint64_t kib = 0;
+  // Not read (no /proc, no window): taken as near, the give-up's old rule.
+  const bool read = finite && read_status_kib(kKeys, &kib, 1) && kib != 0;
+  errno = saved;
+  if (!finite) return false;
+  if (!read) return true;
+  return kib * 1024 + want > data.rlim_cur;
 }
 
 namespace {

@@ -30,13 +30,17 @@ enum class Commit { ok, over_limit, refused };
 Commit commit(void* p, std::size_t len);
 // Reads the soft RLIMIT_DATA (at start-up, and after each setrlimit/prlimit
 // of the process's own through lowtide's symbols; one set from outside,
-// prlimit --pid, is not seen). Under a finite one commit() has the kernel
-// check the whole commit against it, and data_limited() is true: the
-// read-write free space drop_writable leaves between live blocks counts
-// against it too, and a refused commit makes it PROT_NONE before it tries
-// again (LargePath::give_up_held).
+// prlimit --pid, is not seen). Under a finite one commit() and
+// drop_writable have the kernel check what they make writable against it;
+// the read-write free space drop_writable leaves between live blocks
+// counts against it too, and a refusal the limit can have caused
+// (data_limit_near) makes it PROT_NONE before it tries again
+// (LargePath::give_up_held).
 void note_data_limit();
-bool data_limited();
+// Under a finite RLIMIT_DATA, would `want` bytes more of data pass it
+// (VmData from /proc/self/status; true where it cannot be read)? false
+// without a limit. For a refusal: the limit's, or another (the map count).
+bool data_limit_near(std::size_t want);
 // Would the kernel refuse an accounted private mapping of len bytes (the
 // heuristic overcommit check)? commit() asks this first, since it maps with
 // MAP_NORESERVE, and so must anyone handing a request to mimalloc, which
@@ -555,11 +559,12 @@ struct PageOps {
   bool (*writable_again)(void* p, std::size_t len) = nullptr;
   // calloc's zeroing of a block taken from the cache; null: memset (tests).
   void (*zero)(void* p, std::size_t len) = nullptr;
-  // A finite RLIMIT_DATA in force (data_limited); null: never (tests).
-  bool (*data_limited)() = nullptr;
+  // After a refusal of `want` bytes: a finite RLIMIT_DATA near enough to
+  // be its cause (data_limit_near); null: never (tests).
+  bool (*data_limit_near)(std::size_t want) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
-                                  &recover_destination, &writable_again, &zero_held, &data_limited};
+                                  &recover_destination, &writable_again, &zero_held, &data_limit_near};
 
 }  // namespace lowtide::pal

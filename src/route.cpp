@@ -118,7 +118,9 @@ __attribute__((noinline)) void* small_block(std::size_t n, std::size_t align, bo
 // 2026-12-07 a small request failed with up to the cache's cap (256 MiB by
 // default) of freed blocks still held. Nothing cached: NULL, ENOMEM.
 __attribute__((noinline)) void* small_after_purge(std::size_t n, std::size_t align, bool zero) {
-  if (!large::give_up_held()) {
+  // (What mimalloc was refused is a segment at least, not n.)
+  constexpr std::size_t kSegment = ~small::page_layout::kSegmentMask + 1;
+  if (!large::give_up_held(n > kSegment ? n : kSegment)) {
     errno = ENOMEM;
     return nullptr;
   }

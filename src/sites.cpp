@@ -493,7 +493,7 @@ void start() {
   // Python's API (pyframes::start: each dlsym that finds nothing leaves its
   // message in a dlerror buffer). Not the program's calls: a C program
   // that allocates nothing showed 100 calls more than with sites off at
-  // exit (docs/reliability.md no. 120). Counted aside as a
+  // exit (docs/reliability.md no. 111). Counted aside as a
   // report's helpers are (stats::begin_own, no. 104): calls, histogram and
   // bytes asked for dropped, what the loader keeps counted as live (it is
   // memory the process holds, and the loader may free it later, counted

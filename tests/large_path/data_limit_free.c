@@ -1,5 +1,5 @@
 // A free under a finite RLIMIT_DATA must not take the process over it
-// (reliability.md no. 140). A give-back re-maps the freed block together
+// (reliability.md no. 117). A give-back re-maps the freed block together
 // with its free neighbours read-write (Arena::give_back, drop_writable: one
 // mapping, no split); the kernel checks a MAP_FIXED mmap against the limit
 // only after taking off the pages it replaces, PROT_NONE ones among them,

@@ -6,7 +6,7 @@ a C program that allocates nothing (start_counts.c). Its JSON report at
 exit, sites off and on (LOWTIDE_SITES=4; nothing allocated but stdio's
 buffer, no large block): the same calls, bytes requested and histogram; the
 live bytes no fewer with sites on (what the loader keeps is memory the
-process holds, docs/reliability.md no. 120).
+process holds, docs/reliability.md no. 111).
 
   start_sites_test.py LIB PROG"""
 import json
