@@ -51,27 +51,11 @@ int main(void) {
   lowtide_stats_now("data_limit", &st);  // exits 2 unless under lowtide
   const size_t mib = (size_t)1 << 20;
   char* eight[8];
-  for (int i = 0; i < 8; ++i) {
-    eight[i] = malloc(8 * mib);
-    if (eight[i] == NULL) return 1;
-    memset(eight[i], 0x5a, 8 * mib);
-  }
-  for (int i = 1; i < 7; i += 2) free(eight[i]);
-  malloc_trim(0);
-  const long before = status_kib("VmData");
-  if (before < 0) {
-    printf("data_limit: no VmData in /proc/self/status: skipped\n");
-    return 77;
-  }
+  if (eight_blocks_freed(eight, 1, 7, 2) != 0) return 1;
+  long before;
   struct rlimit old, lim;
-  if (getrlimit(RLIMIT_DATA, &old) != 0) return 1;
-  if (old.rlim_cur != RLIM_INFINITY) {
-    printf("data_limit: RLIMIT_DATA already finite here: skipped\n");
-    return 77;
-  }
-  lim = old;
-  lim.rlim_cur = ((rlim_t)before << 10) + 64 * mib;
-  if (setrlimit(RLIMIT_DATA, &lim) != 0) return 1;
+  const int set = data_limit_above("data_limit", 64 * mib, &before, &old, &lim);
+  if (set != 0) return set;
   int bad = 0, err;
   int got = take(4 * mib, &err);
   const long at_most = status_kib("VmData");

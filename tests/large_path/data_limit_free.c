@@ -26,27 +26,11 @@ int main(void) {
   lowtide_stats_now("data_limit_free", &st);  // exits 2 unless under lowtide
   const size_t mib = (size_t)1 << 20;
   char* eight[8];
-  for (int i = 0; i < 8; ++i) {
-    eight[i] = malloc(8 * mib);
-    if (eight[i] == NULL) return 1;
-    memset(eight[i], 0x5a, 8 * mib);
-  }
-  for (int i = 1; i < 7; ++i) free(eight[i]);
-  malloc_trim(0);
-  const long v0 = status_kib("VmData");
-  if (v0 < 0) {
-    printf("data_limit_free: no VmData in /proc/self/status: skipped\n");
-    return 77;
-  }
+  if (eight_blocks_freed(eight, 1, 7, 1) != 0) return 1;
+  long v0;
   struct rlimit old, lim;
-  if (getrlimit(RLIMIT_DATA, &old) != 0) return 1;
-  if (old.rlim_cur != RLIM_INFINITY) {
-    printf("data_limit_free: RLIMIT_DATA already finite here: skipped\n");
-    return 77;
-  }
-  lim = old;
-  lim.rlim_cur = ((rlim_t)v0 << 10) + 16 * mib;
-  if (setrlimit(RLIMIT_DATA, &lim) != 0) return 1;
+  const int set = data_limit_above("data_limit_free", 16 * mib, &v0, &old, &lim);
+  if (set != 0) return set;
   errno = 0;
   char* big = malloc(80 * mib);
   if (big != NULL || errno != ENOMEM) {

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
+#include <sys/resource.h>
 
 #include "lowtide/lowtide.h"
 
@@ -50,4 +52,38 @@ static inline int served_from_cache(const char* test, uint64_t before) {
   fprintf(stderr, "  the block was not served from the reuse cache (reused %llu -> %llu)\n",
           (unsigned long long)before, (unsigned long long)after);
   return 1;
+}
+
+// For the RLIMIT_DATA tests: eight blocks of 8 MiB, written; blocks first,
+// first + step, ... below last freed and given back (malloc_trim), free
+// space between live blocks.
+static inline int eight_blocks_freed(char** eight, int first, int last, int step) {
+  for (int i = 0; i < 8; ++i) {
+    eight[i] = malloc((size_t)8 << 20);
+    if (eight[i] == NULL) return 1;
+    memset(eight[i], 0x5a, (size_t)8 << 20);
+  }
+  for (int i = first; i < last; i += step) free(eight[i]);
+  malloc_trim(0);
+  return 0;
+}
+
+// The soft RLIMIT_DATA set `above` bytes over VmData (*vmdata_kib, read
+// first); *old the limits before. 0 when set; 77 (a skip, said) where
+// VmData cannot be read or a limit is already set; 1 on an error.
+static inline int data_limit_above(const char* test, size_t above, long* vmdata_kib, struct rlimit* old,
+                                   struct rlimit* lim) {
+  *vmdata_kib = status_kib("VmData");
+  if (*vmdata_kib < 0) {
+    printf("%s: no VmData in /proc/self/status: skipped\n", test);
+    return 77;
+  }
+  if (getrlimit(RLIMIT_DATA, old) != 0) return 1;
+  if (old->rlim_cur != RLIM_INFINITY) {
+    printf("%s: RLIMIT_DATA already finite here: skipped\n", test);
+    return 77;
+  }
+  *lim = *old;
+  lim->rlim_cur = ((rlim_t)*vmdata_kib << 10) + above;
+  return setrlimit(RLIMIT_DATA, lim) != 0 ? 1 : 0;
 }
