@@ -459,23 +459,23 @@ int view(ReuseCache::View* out);  // out: ReuseCache::kSlots entries
 void note_large_allocation();
 
 // LOWTIDE_CACHE=auto, the default: a sixteenth of the machine's RAM, at
-// most 512 MiB (512 MiB where the RAM is unknown), so that a small VM or a
-// container without a memory limit does not keep a large share of its
-// memory in freed blocks after a drop. 512 MiB rather than the 256 of the
-// first stops (docs/benchmarks.md "The cache's size", twenty-seventh
-// stop): a job that frees a batch larger than the cap and builds the next
-// one faults the rest again (11-31 us per 4 KiB on these VMs, ~0.5 us on
-// bare metal with the zeroing), and at 512 MiB the bench's seed workload
-// builds its second round from the cache (4 threads: 1.12x tcmalloc's
-// wall -> 1.03x; 1 GiB gave 1.01x). What it costs is the instant right
-// after a drop: the cache holds what was freed, never more than the
-// process had live just before, until keep_age sees no reuse (~75 ms; 0.2
-// s after the free the figures are unchanged); a program that reads its
-// own RSS right after freeing (Dask's spill loop) sees that hold. A memory
-// limit (LOWTIDE_LIMIT, the cgroup's) bounds it as before. Not 1 GiB: the
-// cache's 128 slots hold ~470 MiB of such 3.7 MB buffers anyway, and the
-// hold right after a drop would double again.
-constexpr std::size_t kAutoCapMost = std::size_t{512} << 20;
+// most 256 MiB (256 MiB where the RAM is unknown), so that a small VM or a
+// container without a memory limit does not keep a quarter of its memory
+// in freed blocks after a drop. Not more on a large machine, though more
+// would be faster for a job that frees a batch larger than the cap and
+// builds the next one (its pages fault again: 11-31 us per 4 KiB on these
+// VMs, ~0.5 us on bare metal with the zeroing): the cache holds all of it
+// for the ~75 ms after every drop (keep_age), which is the instant the
+// issue's peers are compared at, and a bigger cache added ~4 % to the
+// peak (the warm backs of cached blocks that moving buffers then took
+// whole; a move now cuts its block to its need).
+// docs/benchmarks.md "The cache's size" has the figures for 512 MiB and
+// 1 GiB; measured again at the twenty-seventh stop ("The cache's cap,
+// measured again"): 512 MiB made seed-4t 1.15x -> 1.07x tcmalloc's wall
+// here but held up to 512 MiB right after a drop (scripts/demo: more than
+// glibc at that instant), for a gain that faults at bare-metal cost would
+// all but erase. LOWTIDE_CACHE=512MiB is the setting for such a job.
+constexpr std::size_t kAutoCapMost = std::size_t{256} << 20;
 constexpr std::size_t auto_cap(std::uint64_t ram) {
   return ram == 0 || ram / 16 >= kAutoCapMost ? kAutoCapMost : static_cast<std::size_t>(ram / 16);
 }

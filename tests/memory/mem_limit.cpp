@@ -8,7 +8,7 @@
 //             the baseline; the report shows the limit and "env".
 //   unlimited LOWTIDE_LIMIT=0: the same frees leave them cached and resident,
 //             up to LOWTIDE_CACHE's default ("auto": a sixteenth of the
-//             machine's RAM, at most 512 MiB, computed here too), which is
+//             machine's RAM, at most 256 MiB, computed here too), which is
 //             what the limit prevents;
 //             the report shows no limit and that cap.
 //   cgroup    no LOWTIDE_LIMIT, a fake cgroup v2 tree (LOWTIDE_CGROUP_ROOT)
@@ -81,20 +81,20 @@ void check_limited(const Result& r) {
 
 // LOWTIDE_CACHE=auto's cap, computed here: a sixteenth of the RAM sysinfo
 // reports (as the library asks; /proc/meminfo may differ under LXCFS), at
-// most 512 MiB.
+// most 256 MiB.
 std::size_t auto_cap() {
   struct sysinfo si;
   CHECK(sysinfo(&si) == 0);
   const unsigned long long ram = static_cast<unsigned long long>(si.totalram) * (si.mem_unit != 0 ? si.mem_unit : 1);
   const std::size_t sixteenth = static_cast<std::size_t>(ram / 16);
-  return sixteenth < 512 * MiB ? sixteenth : 512 * MiB;
+  return sixteenth < 256 * MiB ? sixteenth : 256 * MiB;
 }
 
 int run(const char* scenario) {
   Result r = free_320_mib();
   if (std::strcmp(scenario, "unlimited") == 0) {
     // What the limit is there to prevent: the cache keeps what it may, its
-    // whole cap (256 MiB on a 4 GiB machine, 512 MiB from 8 GiB on), or all 320 MiB.
+    // whole cap (256 MiB from a 4 GiB machine on), or all 320 MiB.
     const std::size_t cap = auto_cap();
     const std::size_t keep = cap < kBlocks * kBlock ? cap : kBlocks * kBlock;
     CHECK(r.cached_after + kBlock >= keep, "only %llu MiB cached without a limit (cap %zu MiB)",

@@ -85,17 +85,15 @@ struct Rig {
 
 }  // namespace
 
-TEST_CASE("cache: LOWTIDE_CACHE=auto is a sixteenth of RAM, at most 512 MiB, 512 MiB when RAM is unknown") {
+TEST_CASE("cache: LOWTIDE_CACHE=auto is a sixteenth of RAM, at most 256 MiB, 256 MiB when RAM is unknown") {
   constexpr std::uint64_t MiB = 1 << 20, GiB = MiB << 10;
-  CHECK(lowtide::cache::auto_cap(0) == 512 * MiB);
+  CHECK(lowtide::cache::auto_cap(0) == 256 * MiB);
   CHECK(lowtide::cache::auto_cap(1 * GiB) == 64 * MiB);
   CHECK(lowtide::cache::auto_cap(2 * GiB) == 128 * MiB);
   CHECK(lowtide::cache::auto_cap(3 * GiB) == 192 * MiB);
   CHECK(lowtide::cache::auto_cap(4 * GiB) == 256 * MiB);
-  CHECK(lowtide::cache::auto_cap(8 * GiB) == 512 * MiB);
-  CHECK(lowtide::cache::auto_cap(9 * GiB) == 512 * MiB);
-  CHECK(lowtide::cache::auto_cap(24 * GiB) == 512 * MiB);
-  CHECK(lowtide::cache::auto_cap(std::uint64_t{1} << 50) == 512 * MiB);
+  CHECK(lowtide::cache::auto_cap(24 * GiB) == 256 * MiB);
+  CHECK(lowtide::cache::auto_cap(std::uint64_t{1} << 50) == 256 * MiB);
 }
 
 TEST_CASE("cache: an entry goes back to the arena once the decay period has passed") {
