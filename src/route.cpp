@@ -192,10 +192,6 @@ void* resize_in_small(void* p, std::size_t n, stats::Slot* st, std::size_t old) 
   return q;
 }
 
-void* allocate(std::size_t n, std::size_t align, Origin origin, stats::Counter call, bool zero) {
-  return allocate(n, n, align, origin, call, zero);
-}
-
 void* allocate(std::size_t n, std::size_t asked, std::size_t align, Origin origin, stats::Counter call, bool zero) {
   if (__builtin_expect(n > kMaxRequest, 0)) {
     errno = ENOMEM;
