@@ -961,9 +961,30 @@ void* decay_main(void*) {
   // tick with blocks cached took all of it (from 0) from the cache.
   small_seen = small_committed();
   const std::uint64_t linger_ns = production_cache.decay_ns() < kSecond ? production_cache.decay_ns() : kSecond;
+  // When RLIMIT_DATA was last read here. A limit set on the process from
+  // outside (prlimit --pid, another process's prlimit(pid, ...)) reaches
+  // no lowtide code: only this re-read sees it, and until it does, commits
+  // over the range stay MAP_FIXED mmaps the kernel does not check against
+  // it (reliability.md nos. 109 and 118). Here rather than on the commit
+  // path: a getrlimit is ~1.2 us, and one per commit cost seed-4t before
+  // (docs/benchmarks.md). At most every 250 ms (a 5 ms tick would read it
+  // 200 times a second for nothing), so a limit is seen within that while
+  // blocks are cached and within 1.25 s otherwise (the idle tick, at most
+  // 1 s, after one that came too soon to read).
+  // note_data_limit is one relaxed store of a flag each commit reads once
+  // (no lock, no allocation): a commit that read the old value is one made
+  // before the limit was seen, as the program's own setrlimit allows too.
+  constexpr std::uint64_t kDataLimitEvery = 250'000'000;
+  std::uint64_t data_limit_read_at = 0;
+  bool data_limit_read = false;
   for (;;) {
     const std::size_t held = production_cache.cached_bytes();
     const std::uint64_t now = pal::now_ns();
+    if (!data_limit_read || now - data_limit_read_at >= kDataLimitEvery) {
+      pal::note_data_limit();
+      data_limit_read_at = now;
+      data_limit_read = true;
+    }
     if (held != 0) held_at = now;
     if (held != 0 || now - held_at < linger_ns) {
       // Half the minimum age, at least 1 ms, at most 1 s: a block past its
@@ -1089,6 +1110,12 @@ void start_thread(bool with_live) {
     pthread_mutex_unlock(&start_mu);
     return;
   }
+  // RLIMIT_DATA again, here once per start (~1.2 us): at the first large
+  // allocation this comes before its commit, so a limit set from outside
+  // since start-up already checks that one; the thread re-reads it from
+  // then on (decay_main). Only where the thread will be tried: a filter
+  // installed since start is not offered a system call it may kill on.
+  if (sandbox == pal::Sandbox::as_at_start) pal::note_data_limit();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

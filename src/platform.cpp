@@ -163,7 +163,11 @@ std::atomic<int> locking{0};
 // and locks what it grows of a locked mapping (mremap_growth_ok).
 std::atomic<bool> locked_some{false};
 
-// A finite soft RLIMIT_DATA, as note_data_limit last read it.
+// A finite soft RLIMIT_DATA, as note_data_limit last read it. Written by
+// whichever thread read the limit (the program's in setrlimit, the decay
+// thread's periodic re-read) while others commit: each user reads it once
+// and only picks which syscall to use, both right for the state a stale
+// value describes (the limit as it was a moment before), so relaxed.
 std::atomic<bool> data_limit_finite{false};
 
 // commit() under a finite RLIMIT_DATA. The kernel checks a MAP_FIXED mmap

@@ -28,12 +28,14 @@ void* reserve_aligned(std::size_t len, std::size_t align);
 // recover_destination before it releases the range.
 enum class Commit { ok, over_limit, refused };
 Commit commit(void* p, std::size_t len);
-// Reads the soft RLIMIT_DATA (at start-up, and after each setrlimit/prlimit
-// of the process's own through lowtide's symbols; one set from outside,
-// prlimit --pid, is not seen). Under a finite one commit() and
-// drop_writable have the kernel check what they make writable against it;
-// the read-write free space drop_writable leaves between live blocks
-// counts against it too, and a refusal the limit can have caused
+// Reads the soft RLIMIT_DATA (at start-up, after each setrlimit/prlimit of
+// the process's own through lowtide's symbols, and every 250 ms to 1.25 s from
+// the decay thread, which is what sees one set from outside with prlimit
+// --pid; without that thread such a one is not seen). Safe from any thread at
+// any time: a getrlimit and one relaxed store of a flag, errno kept. Under a
+// finite one commit() and drop_writable have the kernel check what they make
+// writable against it; the read-write free space drop_writable leaves between
+// live blocks counts against it too, and a refusal the limit can have caused
 // (data_limit_near) makes it PROT_NONE before it tries again
 // (LargePath::give_up_held).
 void note_data_limit();
