@@ -86,7 +86,8 @@ class Arena {
   // 5). The free extents on either side are taken too (out of the free
   // lists, under the lock, so nobody allocates there meanwhile) and the whole
   // run is re-mapped at once, outside the lock: with drop_writable (a fresh
-  // read-write mapping) where it succeeds, which merges the run into one
+  // read-write mapping; fresh PROT_NONE where a finite RLIMIT_DATA refuses
+  // that) where it succeeds, which merges the run into one
   // mapping with its neighbours, whatever gaps (PROT_NONE) or separately
   // made mappings it held; with decommit (PROT_NONE) where it does not, or
   // when the run meets the range's free tail, which stays PROT_NONE (the

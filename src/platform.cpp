@@ -341,11 +341,24 @@ bool drop_writable(void* p, std::size_t len) {
   if (data_limit_finite.load(std::memory_order_relaxed)) {
     // The run may take in PROT_NONE free neighbours, and a MAP_FIXED mmap
     // is checked against RLIMIT_DATA only after the pages it replaces are
-    // taken off, those among them: a free took VmData over the limit
-    // (reliability.md no. 117). mprotect is checked for the pages it makes
-    // writable; the pages then dropped in place. Refused (the limit, or
-    // locked pages MADV_DONTNEED will not drop): the caller's decommit.
-    const bool ok = sys_mprotect(p, len, PROT_READ | PROT_WRITE) == 0 && ::madvise(p, len, MADV_DONTNEED) == 0;
+    // taken off, those among them: a read-write one made them data
+    // unchecked (reliability.md no. 117). A PROT_NONE one adds no data, so
+    // the run is re-mapped PROT_NONE first (pages and page tables dropped,
+    // flags reset: kept by an mprotect alone, a freed block's
+    // MADV_HUGEPAGE gave a sparse block committed there later 2 MiB per
+    // byte touched, its MADV_DONTFORK left that block out of a forked
+    // child, no. 119; a locked block unlocked, no populate) and then made
+    // read-write by mprotect, which is checked for every page of it and
+    // merges with read-write neighbours as the mmap does. Two system calls,
+    // as mprotect and MADV_DONTNEED were. The mprotect refused (the limit,
+    // or the map count), the run is what decommit makes of it, fresh
+    // PROT_NONE space with no pages, so it counts as released: decommit
+    // again would be a third call, and its last resort (a memset where no
+    // madvise drops locked pages) must not meet PROT_NONE. The mmap
+    // refused (the map count): the run as it was, for the caller's
+    // decommit.
+    const bool ok = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0) == p;
+    if (ok) sys_mprotect(p, len, PROT_READ | PROT_WRITE);
     errno = saved;
     return ok;
   }

@@ -60,12 +60,17 @@ void decommit(void* p, std::size_t len);
 // A free extent's other release: a fresh read-write mapping over
 // [p, p+len) (every page dropped, zeros, the mapping's flags reset, merged
 // with read-write neighbours), so that free space between live blocks
-// splits no mapping (Arena::give_back; issue 14 part 5). false, leaving the
-// range as it was, where it must not or cannot be done: under
+// splits no mapping (Arena::give_back; issue 14 part 5). Under a finite
+// RLIMIT_DATA a fresh PROT_NONE mapping made read-write by mprotect, so that
+// the limit is checked; where the limit (or the map count) refuses the
+// mprotect, the range stays fresh PROT_NONE space, as decommit leaves it,
+// and true all the same: either way the range is released. false, leaving
+// the range as it was, where it must not or cannot be done: under
 // vm.overcommit_memory=2 (a read-write private mapping is charged against
 // CommitLimit even with MAP_NORESERVE; a PROT_NONE one is not), while
 // mlockall(MCL_FUTURE) is in force (the kernel would populate and lock the
-// whole fresh mapping), and when the kernel refuses (the map count).
+// whole fresh mapping), and when the kernel refuses the mmap (the map
+// count).
 bool drop_writable(void* p, std::size_t len);
 // mlockall and munlockall for the interposed exports: the system calls,
 // and whether MCL_FUTURE is in force after them. -1 with errno on failure.
