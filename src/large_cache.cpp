@@ -974,16 +974,15 @@ void* decay_main(void*) {
   // note_data_limit is one relaxed store of a flag each commit reads once
   // (no lock, no allocation): a commit that read the old value is one made
   // before the limit was seen, as the program's own setrlimit allows too.
+  // (start_thread has just read it: the first re-read is a period on.)
   constexpr std::uint64_t kDataLimitEvery = 250'000'000;
-  std::uint64_t data_limit_read_at = 0;
-  bool data_limit_read = false;
+  std::uint64_t data_limit_read_at = pal::now_ns();
   for (;;) {
     const std::size_t held = production_cache.cached_bytes();
     const std::uint64_t now = pal::now_ns();
-    if (!data_limit_read || now - data_limit_read_at >= kDataLimitEvery) {
+    if (now - data_limit_read_at >= kDataLimitEvery) {
       pal::note_data_limit();
       data_limit_read_at = now;
-      data_limit_read = true;
     }
     if (held != 0) held_at = now;
     if (held != 0 || now - held_at < linger_ns) {

@@ -219,7 +219,6 @@ void note_data_limit() {
   data_limit_finite.store(finite, std::memory_order_relaxed);
 }
 
-
 Commit commit(void* p, std::size_t len) {
   // Asked once: a mode not read waited 10 ms for a window.
   const int mode = overcommit();
