@@ -33,6 +33,8 @@ LOWTIDE_TEST_DEBS=(
   python3-venv python3-pip python3-mesonpy
   # tests/stats: the Prometheus report read by the client library's parser
   python3-prometheus-client
+  # tests/programs pandas and scripts/bench's pandas-etl
+  python3-pandas
   # tests/programs jvm and scripts/bench's jvm-offheap: a real JVM's off-heap
   # buffers (bench/jvm/OffHeap.java, compiled with javac at run time)
   openjdk-17-jdk-headless
