@@ -1,5 +1,6 @@
 """`lowtide run`: exec a command with lowtide preloaded."""
 import os
+import re
 import sys
 
 from . import preload
@@ -11,8 +12,13 @@ def main(lib, command, cutoff=None, stats=None, stats_file=None):
     if bad:
         flags = {"LOWTIDE_CUTOFF": "--cutoff", "LOWTIDE_STATS_FILE": "--stats-file"}
         for line in bad:
-            var = line[len("lowtide: warning: "):].split("=", 1)[0]
-            print("lowtide run: %s: %s" % (flags.get(var, var), line[len("lowtide: warning: "):]), file=sys.stderr)
+            text = line[len("lowtide: warning: "):]
+            var = text.split("=", 1)[0]
+            # The library's line ends "; using the default X", which is what
+            # a process given that value does; the launcher refuses it and
+            # runs nothing, so that ending would say the opposite.
+            text = re.sub(r"; using the default .*$", "; the command was not run", text)
+            print("lowtide run: %s: %s" % (flags.get(var, var), text), file=sys.stderr)
         return 2
     env = preload.lowtide_env(lib, os.environ, cutoff=cutoff, stats=stats, stats_file=stats_file)
     sys.stdout.flush()

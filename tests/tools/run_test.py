@@ -132,6 +132,10 @@ check(rc == 2 and "--cutoff" in err and "not a size" in err, "bad --cutoff: rc %
 rc, out, err = run([launcher, "run", "--cutoff", "1K", "--", py, "-c", "pass"], env)
 check(rc == 2 and "--cutoff" in err and "below the minimum" in err and "valid: 4 KiB to 1 TiB" in err,
       "--cutoff below the range: rc %d %r" % (rc, err))
+# Refused, not run: the library's "using the default 128KiB" would say the
+# command ran with the default.
+check("using the default" not in err and "the command was not run" in err,
+      "a refused --cutoff says the command was not run: %r" % err)
 rc, out, err = run([launcher, "run", "--", "/nonexistent/prog"], env)
 check(rc == 127 and "cannot run /nonexistent/prog" in err, "missing command: rc %d %r" % (rc, err))
 rc, out, err = run([launcher, "run", py], env)
