@@ -68,7 +68,8 @@ def parser():
                    help="LOWTIDE_STATS: write a report at exit in this format")
     r.add_argument("--stats-file", metavar="PATH",
                    help="LOWTIDE_STATS_FILE: where the report goes (%%p = pid); without --stats, "
-                        "a name ending in .json means json, anything else text")
+                        "a name ending in .json means json, anything else text (a name ending in "
+                        ".prom is written in the Prometheus format whatever the format)")
 
     sub.add_parser("lib", help="print the absolute path of liblowtide.so",
                    description="Print the absolute path of liblowtide.so, for LD_PRELOAD=$(lowtide lib).")
