@@ -6,7 +6,9 @@
 // as it would have (same wait status). It is invisible to the program:
 // sigaction() reports SIG_DFL where it stands, and a program that sets
 // SIG_DFL gets it back in its place; any other handler, or SIG_IGN,
-// replaces it as usual.
+// replaces it as usual. A handler installed with SA_RESETHAND (Node.js's)
+// is called through lowtide's own, which makes the reset to lowtide's
+// handler where the kernel would make it to the real SIG_DFL.
 #pragma once
 #include <csignal>
 
@@ -18,7 +20,8 @@ void install();
 
 // The interposed sigaction(2) (exports.cpp): glibc's, except that where
 // lowtide's handler stands in for SIG_DFL, that is what it shows, and
-// SIG_DFL asked for puts lowtide's handler back. Async-signal-safe.
+// SIG_DFL asked for puts lowtide's handler back; a handler with
+// SA_RESETHAND is shown as given. Async-signal-safe.
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 
 // The interposed signal(3) (glibc's calls its sigaction internally, past

@@ -12,7 +12,10 @@
 //                    wait up to 3 s for a signal and exit 0
 //   own              install a SIGTERM handler (prints "handled", _exit(7)), then as wait
 //   reraise HOW      install a SIGTERM handler that prints "handled", sets
-//                    SIG_DFL back (HOW: sigaction or signal) and raises it again
+//                    SIG_DFL back (HOW: sigaction or signal) and raises it again;
+//                    HOW resethand: installed with SA_RESETHAND and SA_SIGINFO,
+//                    every signal blocked, it only raises it again (Node.js's
+//                    SignalExit), and sigaction must show it as installed
 #include <pthread.h>
 
 #include <atomic>
@@ -143,6 +146,32 @@ extern "C" void handled_reraise(int sig) {
   raise(sig);
 }
 
+// Node.js's SIGTERM and SIGINT handler: the kernel's SA_RESETHAND has set
+// SIG_DFL back; the raised signal waits (every signal is blocked here) and
+// ends the process once the handler returns.
+extern "C" void handled_oneshot(int sig, siginfo_t*, void*) {
+  static const char msg[] = "handled\n";
+  ssize_t w = write(1, msg, sizeof msg - 1);
+  (void)w;
+  raise(sig);
+}
+
+void install_oneshot() {
+  struct sigaction sa{};
+  sa.sa_sigaction = handled_oneshot;
+  sa.sa_flags = SA_RESETHAND | SA_SIGINFO;
+  sigfillset(&sa.sa_mask);
+  struct sigaction old{};
+  CHECK(sigaction(SIGTERM, &sa, &old) == 0);
+  CHECK(old.sa_handler == SIG_DFL, "old action %p", reinterpret_cast<void*>(old.sa_handler));
+  // Shown as the program gave it, whoever stands in for it.
+  struct sigaction now{};
+  CHECK(sigaction(SIGTERM, nullptr, &now) == 0);
+  CHECK(now.sa_sigaction == handled_oneshot && (now.sa_flags & (SA_RESETHAND | SA_SIGINFO)) == (SA_RESETHAND | SA_SIGINFO) &&
+            sigismember(&now.sa_mask, SIGUSR1) == 1,
+        "sigaction shows %p flags %#x", reinterpret_cast<void*>(now.sa_sigaction), static_cast<unsigned>(now.sa_flags));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,7 +196,9 @@ int main(int argc, char** argv) {
   }
   if (mode == "reraise" && argc == 3) {
     reraise_with_signal = std::string(argv[2]) == "signal";
-    if (reraise_with_signal) {
+    if (std::string(argv[2]) == "resethand") {
+      install_oneshot();
+    } else if (reraise_with_signal) {
       CHECK(signal(SIGTERM, handled_reraise) != SIG_ERR);
     } else {
       struct sigaction sa{};

@@ -427,9 +427,9 @@ def case_signals(a, tmp):
 def case_signals_own(a, tmp):
     """A handler of the program's own, installed after lowtide's start,
     replaces lowtide's (the program's handler runs, ours does not); SIG_DFL
-    set back by the handler before it re-raises brings lowtide's back (the
-    report is written, the status is the signal's); an inherited SIG_IGN
-    stays."""
+    set back by the handler before it re-raises, or by SA_RESETHAND, brings
+    lowtide's back (the report is written, the status is the signal's); an
+    inherited SIG_IGN stays."""
     path = os.path.join(tmp, "r.json")
     env = clean_env(a.lib, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path)
     p, first = start(a, env, "own")
@@ -441,7 +441,9 @@ def case_signals_own(a, tmp):
     check(os.path.exists(path), "its _exit wrote the report (lowtide's _exit, not the signal handler)")
     os.unlink(path)
 
-    for how in ("sigaction", "signal"):
+    # resethand: installed with SA_RESETHAND (Node.js's handler), which the
+    # kernel resets to the real SIG_DFL at delivery, past lowtide's sigaction.
+    for how in ("sigaction", "signal", "resethand"):
         for preload in (False, True):
             env = clean_env(a.lib if preload else None, LOWTIDE_STATS="json", LOWTIDE_STATS_FILE=path)
             p, first = start(a, env, "reraise", how)
