@@ -38,6 +38,8 @@ LOWTIDE_TEST_DEBS=(
   # tests/programs jvm and scripts/bench's jvm-offheap: a real JVM's off-heap
   # buffers (bench/jvm/OffHeap.java, compiled with javac at run time)
   openjdk-17-jdk-headless
+  # tests/programs node: Node.js (Debian's nodejs 18, or any node on PATH)
+  nodejs
 )
 
 # Everything, for callers that do not choose.
