@@ -19,6 +19,13 @@ implicit null check (SIGSEGV, handled by the JVM) two million times, and
 SIGTERM, which the JVM's handler turns into its shutdown hooks and exit
 status 143; under lowtide that exit writes the report.
 
+Last, the JVM ending while four threads allocate and free off-heap blocks
+(tests/programs/JvmEnds.java): System.exit(7), and a crash (a write
+through address 0), where the JVM's error handler mallocs inside its SIGSEGV
+handler to write hs_err_pid*.log and then leaves by _exit(1). Each must end
+within 60 s with the status it has without lowtide, the crash's hs_err file
+complete (its last line "END."), and under lowtide the JVM's report written.
+
 Usage: jvm_test.py <liblowtide.so> <source root>"""
 import glob
 import json
@@ -41,7 +48,8 @@ def compile_offheap(src_root, out_dir):
     if javac is None:
         return False
     srcs = [os.path.join(src_root, "bench", "jvm", "OffHeap.java"),
-            os.path.join(src_root, "tests", "programs", "JvmSignals.java")]
+            os.path.join(src_root, "tests", "programs", "JvmSignals.java"),
+            os.path.join(src_root, "tests", "programs", "JvmEnds.java")]
     p = subprocess.run([javac, "-nowarn", "-d", out_dir] + srcs,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     return check(p.returncode == 0, f"javac: exit {p.returncode}: {p.stdout.decode()[-2000:]}")
@@ -67,6 +75,34 @@ def run_signals(runner, classes):
           f"{what}: exit {p.returncode} (want 143, the JVM's status for SIGTERM) and {out!r}: "
           f"{err.decode(errors='replace')[-2000:]}")
     return p.returncode, out
+
+
+def run_ends(runner, classes, how):
+    """JvmEnds ended by `how` (exit, crash) in a directory of its own:
+    (exit status, whether an hs_err file was written whole)."""
+    what = f"ends by {how}, " + ("under lowtide" if runner.under else "plain")
+    work = tempfile.mkdtemp(prefix="lowtide-jvm-ends-")
+    try:
+        argv = ["java", "-Xmx64m", "-XX:-CreateCoredumpOnCrash", "-XX:ErrorFile=" + os.path.join(work, "hs_err_%p.log"),
+                "-cp", classes, "JvmEnds", how]
+        try:
+            rc, so, se = runner.run(argv, timeout=60, cwd=work)
+        except subprocess.TimeoutExpired:
+            check(False, f"{what}: still running after 60 s")
+            return None, None
+        logs = glob.glob(os.path.join(work, "hs_err_*.log"))
+        whole = False
+        if logs:
+            with open(logs[0], errors="replace") as f:
+                text = f.read()
+            whole = "SIGSEGV" in text and text.rstrip().endswith("END.")
+        print(f"{what}: exit {rc}, {len(logs)} hs_err file(s){' (whole)' if whole else ''}", flush=True)
+        said = so.decode(errors="replace").splitlines()
+        # (the crash's JVM goes on with its own lines: where hs_err went)
+        check(said[:1] == [f"ending by {how}"], f"{what}: said {so[:300]!r}: {se.decode(errors='replace')[-1000:]}")
+        return rc, whole
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_offheap(runner, classes, mode):
@@ -143,6 +179,16 @@ def main():
         rep, nrep = jvm_report(lt_runner)
         check(nrep == 1 and rep is not None and rep["totals"]["calls"]["malloc"] > 0,
               f"signals: {nrep} reports under lowtide after SIGTERM (want the JVM's one)")
+        for how, want in (("exit", (7, False)), ("crash", (1, True))):
+            plain = run_ends(Runner(lib, False), classes, how)
+            lt_runner = Runner(lib, True)
+            lt = run_ends(lt_runner, classes, how)
+            check(plain == want, f"ends by {how}: plain gave (exit, hs_err whole) {plain}, not {want}: the "
+                                 f"JVM behaves otherwise than this test expects")
+            check(lt == plain, f"ends by {how}: (exit, hs_err whole) {lt} under lowtide, {plain} plain")
+            rep, nrep = jvm_report(lt_runner)
+            check(nrep == 1 and rep is not None and not rep["truncated"] and rep["totals"]["calls"]["free"] > 0,
+                  f"ends by {how}: {nrep} reports under lowtide (want the JVM's one, whole)")
     finally:
         shutil.rmtree(classes, ignore_errors=True)
 
