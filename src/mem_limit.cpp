@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <pthread.h>
 
 #include "large_space.hpp"
@@ -166,6 +167,18 @@ void collect_guarded(void (*fn)()) {
   pthread_mutex_lock(&collect_mu);
   fn();
   pthread_mutex_unlock(&collect_mu);
+}
+bool collect_if_idle(void (*fn)()) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const bool got = pthread_mutex_trylock(&collect_mu) == 0;
+  if (got) {
+    fn();
+    pthread_mutex_unlock(&collect_mu);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return got;
 }
 void fork_parent() { pthread_mutex_unlock(&collect_mu); }
 void fork_child() { pthread_mutex_init(&collect_mu, nullptr); }

@@ -52,6 +52,12 @@ void fork_prepare();
 // Run fn (a mimalloc collect: malloc_trim, lowtide_release) under the lock
 // fork_prepare takes, for the same reason.
 void collect_guarded(void (*fn)());
+// The same where the lock is free, with every signal blocked while it is
+// held (a handler that forks would wait in fork_prepare for the lock its
+// own thread holds; one that allocates must not meet fn half done); false,
+// fn not run, where another collect holds it. For small::trim_own, run on
+// an allocating thread's slow path: it must never wait.
+bool collect_if_idle(void (*fn)());
 void fork_parent();
 void fork_child();
 

@@ -367,6 +367,12 @@ bool drop_writable(void* p, std::size_t len) {
   return false;
 }
 
+void discard(void* p, std::size_t len) {
+  const int saved = errno;
+  ::madvise(p, len, MADV_DONTNEED);
+  errno = saved;
+}
+
 void decommit(void* p, std::size_t len) {
   void* r = ::mmap(p, len, PROT_NONE, kReserveFlags | MAP_FIXED, -1, 0);
   if (r == p) return;

@@ -57,6 +57,11 @@ void set_overcommit_for_test(int mode);
 // pages dropped all the same); either way it reads as zeros once committed
 // again.
 void decommit(void* p, std::size_t len);
+// Drop the pages of [p, p+len) where another allocator's read-write
+// memory lies (mimalloc's free spans: small::trim_own), leaving the
+// mapping as it is: the range reads as zeros and costs no memory until it
+// is written again. errno is kept.
+void discard(void* p, std::size_t len);
 // A free extent's other release: a fresh read-write mapping over
 // [p, p+len) (every page dropped, zeros, the mapping's flags reset, merged
 // with read-write neighbours), so that free space between live blocks

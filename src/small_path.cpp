@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include "log.hpp"
+#include "platform.hpp"
 
 namespace lowtide::small {
 
@@ -24,8 +25,33 @@ void (*forced_collect_hook)() = nullptr;
 // abandoned, _mi_heap_done), mi_collect(true) (malloc_trim,
 // lowtide_release, the memory limit) or an allocation about to fail for
 // want of memory (collect and retry).
+
+void (*refill_hook)() = nullptr;
+// When this thread may next trim (pal::now_ns; 0: not set yet).
+__thread std::uint64_t t_trim_due_ns __attribute__((tls_model("initial-exec"))) = 0;
+constexpr std::uint64_t kTrimEveryNs = 100'000'000;
+constexpr std::uint64_t kTrimShare = 100;  // a trim that took t waits 100 t
+
+void maybe_trim() {
+  void (*hook)() = __atomic_load_n(&refill_hook, __ATOMIC_ACQUIRE);
+  if (hook == nullptr) return;
+  const std::uint64_t now = pal::now_ns();
+  const std::uint64_t due = t_trim_due_ns;
+  // A thread's first refill only sets the clock: a short-lived thread
+  // (thread_churn's) has freed nothing of its own worth a walk.
+  if (due == 0) t_trim_due_ns = now + kTrimEveryNs;
+  if (due == 0 || now < due) return;
+  t_trim_due_ns = UINT64_MAX;  // (mimalloc runs no deferred-free call inside this one)
+  hook();
+  const std::uint64_t took = pal::now_ns() - now;
+  t_trim_due_ns = now + (took * kTrimShare > kTrimEveryNs ? took * kTrimShare : kTrimEveryNs);
+}
+
 void on_mi_collect(bool force, unsigned long long, void*) {
-  if (!force) return;
+  if (!force) {
+    maybe_trim();
+    return;
+  }
   if (void (*hook)() = __atomic_load_n(&forced_collect_hook, __ATOMIC_ACQUIRE); hook != nullptr) hook();
 }
 }  // namespace
@@ -33,6 +59,93 @@ void on_mi_collect(bool force, unsigned long long, void*) {
 void on_forced_collect(void (*hook)()) {
   __atomic_store_n(&forced_collect_hook, hook, __ATOMIC_RELEASE);
   mi_register_deferred_free(&on_mi_collect, nullptr);
+}
+
+void on_refill(void (*hook)()) { __atomic_store_n(&refill_hook, hook, __ATOMIC_RELEASE); }
+
+bool segment_spans_known = false;
+
+namespace {
+using page_layout::kSegmentMask;
+constexpr std::size_t kCommitUnit = std::size_t{1} << page_layout::kSliceShift;
+
+template <class T>
+T seg_field(const unsigned char* seg, std::size_t at) {
+  T v;
+  __builtin_memcpy(&v, seg + at, sizeof v);
+  return v;
+}
+const unsigned char* segment_of(const void* p) {
+  return reinterpret_cast<const unsigned char*>(reinterpret_cast<std::uintptr_t>(p) & kSegmentMask);
+}
+bool mask_bit(const unsigned char* seg, std::size_t mask_at, std::size_t unit) {
+  return (seg_field<std::uint64_t>(seg, mask_at + unit / 64 * 8) >> (unit % 64) & 1) != 0;
+}
+// mimalloc's thread id on x86-64 and AArch64 Linux (2.0.9's _mi_thread_id
+// reads the thread pointer's slot).
+std::uintptr_t own_thread_id() { return reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer()); }
+std::uint64_t mi_now_ms() { return pal::now_ns() / 1'000'000u; }
+
+// Segments this thread dropped the due spans of, and the due time they had:
+// until mimalloc decommits them itself (or schedules more, a new due time)
+// the walk passes them by.
+struct Dropped {
+  std::uintptr_t seg;
+  std::int64_t due;
+};
+constexpr unsigned kDroppedMax = 16;
+__thread Dropped t_dropped[kDroppedMax] __attribute__((tls_model("initial-exec")));
+__thread unsigned t_dropped_next __attribute__((tls_model("initial-exec")));
+
+struct Walk {
+  static constexpr unsigned kSeen = 32;
+  std::uintptr_t seen[kSeen];  // the last segments met (most threads have a few)
+  unsigned n, next;
+  std::int64_t now_ms;
+};
+
+void drop_due(std::uintptr_t s, std::int64_t now_ms) {
+  using namespace page_layout;
+  const auto* seg = reinterpret_cast<const unsigned char*>(s);
+  if (seg_field<std::uintptr_t>(seg, kSegThreadAt) != own_thread_id()) return;  // (another's: never)
+  if (!seg_field<bool>(seg, kSegAllowDecommitAt) || seg_field<std::int32_t>(seg, kSegKindAt) != 0) return;
+  const auto due = seg_field<std::int64_t>(seg, kSegDecommitExpireAt);
+  if (due == 0 || due > now_ms) return;
+  for (const Dropped& d : t_dropped)
+    if (d.seg == s && d.due == due) return;
+  t_dropped[t_dropped_next++ % kDroppedMax] = {s, due};
+  for (unsigned w = 0; w < kCommitMaskWords; ++w) {
+    std::uint64_t m = seg_field<std::uint64_t>(seg, kSegDecommitMaskAt + w * 8);
+    while (m != 0) {
+      const unsigned b = static_cast<unsigned>(__builtin_ctzll(m));
+      const std::uint64_t rest = ~(m >> b);  // 0 only where all 64 units are due
+      const unsigned run = rest == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(rest));
+      pal::discard(reinterpret_cast<void*>(s + (std::size_t{w} * 64 + b) * kCommitUnit), std::size_t{run} * kCommitUnit);
+      m = b + run >= 64 ? 0 : m & ~((std::uint64_t{1} << (b + run)) - 1);
+    }
+  }
+}
+
+bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
+  auto* w = static_cast<Walk*>(arg);
+  const auto s = reinterpret_cast<std::uintptr_t>(area->blocks) & kSegmentMask;
+  for (unsigned i = 0; i < w->n; ++i)
+    if (w->seen[i] == s) return true;
+  w->seen[w->next++ % Walk::kSeen] = s;
+  if (w->n < Walk::kSeen) ++w->n;
+  drop_due(s, w->now_ms);
+  return true;
+}
+}  // namespace
+
+void trim_own() {
+  mi_heap_t* heap = mi_heap_get_default();
+  mi_heap_collect(heap, false);
+  if (!segment_spans_known) return;
+  Walk w;
+  w.n = w.next = 0;
+  w.now_ms = static_cast<std::int64_t>(mi_now_ms());
+  mi_heap_visit_blocks(heap, false, &visit_page, &w);
 }
 
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];
@@ -456,9 +569,41 @@ void ignore_environment() {
   for (int i = 0; i < _mi_option_last; ++i) mi_option_set(static_cast<mi_option_t>(i), kMiDefaults[i]);
 }
 
+namespace {
+// trim_own's reads, checked on this mimalloc: a medium page taken from a
+// heap of its own in the segment of a block of this thread's (kept, so the
+// segment stays) is committed and not scheduled; once that heap is
+// destroyed its span is scheduled for decommit, due within the delay.
+// Where mimalloc decommits at once (MIMALLOC_DECOMMIT_DELAY=0) or never
+// (allow_decommit off) nothing is scheduled: false, and nothing to do.
+bool segment_spans_agree() {
+  using namespace page_layout;
+  if (!page_size_direct) return false;  // not 2.0.9, or its pages read otherwise
+  void* keep = mi_malloc(64);
+  mi_heap_t* h = mi_heap_new();
+  void* p = h != nullptr ? mi_heap_malloc(h, 100 << 10) : nullptr;  // 2.0.9: a 512 KiB medium page
+  const unsigned char* seg = segment_of(keep);
+  const std::size_t unit = (reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(seg)) / kCommitUnit;
+  bool ok = keep != nullptr && p != nullptr && segment_of(p) == seg &&
+            seg_field<std::uintptr_t>(seg, kSegThreadAt) == own_thread_id() && seg_field<std::int32_t>(seg, kSegKindAt) == 0 &&
+            seg_field<bool>(seg, kSegAllowDecommitAt) && mask_bit(seg, kSegCommitMaskAt, unit) &&
+            !mask_bit(seg, kSegDecommitMaskAt, unit);
+  if (h != nullptr) mi_heap_destroy(h);
+  if (ok) {
+    const auto due = seg_field<std::int64_t>(seg, kSegDecommitExpireAt);
+    const auto now = static_cast<std::int64_t>(mi_now_ms());
+    ok = mask_bit(seg, kSegDecommitMaskAt, unit) && mask_bit(seg, kSegCommitMaskAt, unit) && due > 0 && due <= now + 60'000 &&
+         due + 60'000 >= now;
+  }
+  mi_free(keep);
+  return ok;
+}
+}  // namespace
+
 void configure() {
   page_size_direct = page_sizes_match(kClassExactMax);
   page_heap_known = page_size_direct && page_heaps_match();
+  segment_spans_known = segment_spans_agree();
   class_exact_max = class_sizes_match(kClassExactMax) ? kClassExactMax : 0;
   // The checks touched a page of every size class (~300 KiB that stayed
   // resident in every process, the largest part of lowtide's fixed

@@ -44,6 +44,15 @@ inline constexpr std::size_t kSliceOffsetAt = 0x4, kFlagsAt = 0xe, kUsedAt = 0x1
 inline constexpr std::size_t kHeapAt = 0x30;  // the heap that owns the page (xheap)
 inline constexpr unsigned char kHasAligned = 0x2;
 inline constexpr std::uint32_t kBlockSizeMax = 0x7fffffff;
+// The segment's header (mi_segment_t): whether its memory may be
+// decommitted, when its scheduled decommits are due (mimalloc's clock:
+// CLOCK_MONOTONIC in ms; 0: none scheduled), the 64 KiB units scheduled
+// (decommit_mask: 512 bits, one per slice), its kind (0: normal, pages
+// inside) and the thread that owns it. Used by trim_own, only where
+// configure() saw them right (segment_spans_known).
+inline constexpr std::size_t kSegAllowDecommitAt = 0x20, kSegDecommitExpireAt = 0x28, kSegDecommitMaskAt = 0x30,
+                             kSegCommitMaskAt = 0x70, kSegKindAt = 0xf0, kSegThreadAt = 0x100;
+inline constexpr unsigned kCommitMaskWords = 8;
 }  // namespace page_layout
 extern __attribute__((visibility("hidden"))) bool page_size_direct;  // set by configure()
 
@@ -490,6 +499,32 @@ void cache_flush(ThreadCache* tc);
 // that calls malloc is outside POSIX; the flush parks the cache against a
 // handler's calls during it).
 void on_forced_collect(void (*hook)());
+
+// Memory of a live thread's own segments whose blocks were freed (issue
+// 14; docs/design.md, "Small blocks freed while their thread lives"). In
+// mimalloc 2.0.9 a page whose blocks another thread freed is freed only
+// when its owner collects its heap, which no call of a running program
+// does; and a page freed in a segment that stays in use (one live block
+// anywhere in its 32 MiB) is only scheduled for decommit, carried out when
+// that segment next gives a page, maybe never. 500 MiB of 64 KiB blocks
+// freed by a consumer thread stayed resident (glibc: 12 MiB). hook runs on
+// the owning thread from mimalloc's deferred-free call at a page refill
+// (its slow path), at most every 100 ms and at most 1 % of the thread's
+// time (a walk that took t waits 100 t), never on a thread's first
+// refill; it is to call trim_own under limit::collect_if_idle.
+void on_refill(void (*hook)());
+// The calling thread's part: its heap collected (pages that other
+// threads emptied are freed, and their spans scheduled for decommit), then
+// each segment of its pages whose scheduled decommit is due has those
+// spans dropped (pal::discard) without waiting for mimalloc; mimalloc's
+// own decommit later finds them dropped already. The spans are free: only
+// the owner allocates in its segments and a span it takes is cleared from
+// the schedule first, so with signals blocked (collect_if_idle) none can
+// be taken between the read of the schedule and the drop.
+void trim_own();
+// configure(): the segment header's fields above read right (a span freed
+// under the check's eyes is scheduled where kSegDecommitMaskAt says).
+extern __attribute__((visibility("hidden"))) bool segment_spans_known;
 // Bytes the cache holds (its owner's view; another thread's read is a
 // gauge, possibly off by the blocks moving while it reads).
 std::size_t cache_bytes(const ThreadCache* tc);
