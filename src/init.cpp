@@ -177,7 +177,12 @@ void init_once() {
   small::on_forced_collect(&libc::flush_thread_cache);
   // A live thread's freed small-block memory, on its own slow path
   // (small_path.hpp); skipped where a collect is running elsewhere.
-  small::on_refill([] { limit::collect_if_idle(&small::trim_own); });
+  // LOWTIDE_SMALL_TRIM's words are "on", "off".
+  if (g.config.get(Opt::small_trim) == 0) small::on_refill([] {
+    limit::collect_if_idle([] {
+      if (small::trim_own()) cache::note_segments_emptied();
+    });
+  });
   stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes, &cache::note_thread_exit);
   // 100 ms past mimalloc's purge delay: the collect then finds the exited
   // threads' segments expired.

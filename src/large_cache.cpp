@@ -866,6 +866,10 @@ std::uint64_t small_collect_after = 0;
 // collect is due (0: none), and how many more follow that one.
 std::uint64_t exit_seen_ns = 0, collect_due_ns = 0;
 unsigned collects_after = 0;
+// The same for a live thread's trim that emptied segments (small::trim_own):
+// the latest such trim's time (only grows), and the decay thread's view.
+std::atomic<std::uint64_t> last_emptied_ns{0};
+std::uint64_t emptied_seen_ns = 0;
 
 // Threads that did real work (handed out kExitStartBytes or more) leave
 // pages behind that no thread may ever come back for. Once no thread has
@@ -922,6 +926,11 @@ std::uint64_t exits_collect_in(std::uint64_t now) {
     exit_seen_ns = last;
     collect_due_ns = last + small_collect_after;
     collects_after = 1;
+  }
+  if (const std::uint64_t last = last_emptied_ns.load(std::memory_order_relaxed); last != emptied_seen_ns) {
+    emptied_seen_ns = last;
+    const std::uint64_t due = last + small_collect_after;
+    if (collect_due_ns == 0 || due < collect_due_ns) collect_due_ns = due;
   }
   if (collect_due_ns == 0) return UINT64_MAX;
   return now >= collect_due_ns ? 0 : collect_due_ns - now;
@@ -1273,6 +1282,14 @@ void note_thread_exit(std::uint64_t small_out) {
     start_thread(false);
     errno = saved;
   }
+}
+
+void note_segments_emptied() {
+  const std::uint64_t now = pal::now_ns();
+  std::uint64_t old = last_emptied_ns.load(std::memory_order_relaxed);
+  while (old < now && !last_emptied_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
+  }
+  wake_decay();  // (a sleep of up to a second would outlast the purge delay)
 }
 
 // The start lock first: a start in progress may take the cache's lock

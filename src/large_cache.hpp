@@ -492,6 +492,14 @@ constexpr std::size_t auto_cap(std::uint64_t ram) {
 // task, thread-churn's one block) starts nothing.
 constexpr std::uint64_t kExitStartBytes = std::uint64_t{4} << 20;
 void note_thread_exit(std::uint64_t small_out);
+// A live thread's trim emptied segments of its own (small::trim_own, on
+// that thread, signals blocked, under limit's collect lock): mimalloc keeps
+// them committed in its segment cache for its purge delay and purges them
+// only in a later collect, which the thread that emptied them may not make
+// for long (a producer that went idle, a loop served by the thread cache).
+// The decay thread, where it runs, makes that collect (small_collect) once
+// the delay is past, as after exits. Never waits, never allocates.
+void note_segments_emptied();
 
 // What the decay thread calls in other layers, given by init.cpp (the unit
 // tests link this file without them: every one may be null).

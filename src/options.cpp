@@ -46,6 +46,8 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_STATS_INTERVAL", OptKind::duration, "off", 100, 86'400'000, kOff, 1, "duration"},
     // Bytes per size class a thread keeps of its freed small blocks.
     {"LOWTIDE_THREAD_CACHE", OptKind::size, "16KiB", 0, std::uint64_t{64} << 10, nullptr, 0, "size"},
+    // A live thread's trim of its freed small-block memory (small::trim_own).
+    {"LOWTIDE_SMALL_TRIM", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
 };
 
 const char* const kToolVariables[] = {

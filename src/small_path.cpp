@@ -86,9 +86,9 @@ bool mask_bit(const unsigned char* seg, std::size_t mask_at, std::size_t unit) {
 std::uintptr_t own_thread_id() { return reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer()); }
 std::uint64_t mi_now_ms() { return pal::now_ns() / 1'000'000u; }
 
-// Segments this thread dropped the due spans of, and the due time they had:
-// until mimalloc decommits them itself (or schedules more, a new due time)
-// the walk passes them by.
+// Segments this thread dropped the scheduled spans of, and the due time
+// they had: until mimalloc decommits them itself (or schedules more, which
+// moves the due time) the walk passes them by.
 struct Dropped {
   std::uintptr_t seg;
   std::int64_t due;
@@ -101,16 +101,18 @@ struct Walk {
   static constexpr unsigned kSeen = 32;
   std::uintptr_t seen[kSeen];  // the last segments met (most threads have a few)
   unsigned n, next;
-  std::int64_t now_ms;
+  unsigned segments;  // distinct segments met (past kSeen: an upper bound)
 };
+// Segments the thread's last trim met.
+__thread unsigned t_segments __attribute__((tls_model("initial-exec")));
 
-void drop_due(std::uintptr_t s, std::int64_t now_ms) {
+void drop_scheduled(std::uintptr_t s) {
   using namespace page_layout;
   const auto* seg = reinterpret_cast<const unsigned char*>(s);
   if (seg_field<std::uintptr_t>(seg, kSegThreadAt) != own_thread_id()) return;  // (another's: never)
   if (!seg_field<bool>(seg, kSegAllowDecommitAt) || seg_field<std::int32_t>(seg, kSegKindAt) != 0) return;
   const auto due = seg_field<std::int64_t>(seg, kSegDecommitExpireAt);
-  if (due == 0 || due > now_ms) return;
+  if (due == 0) return;  // nothing scheduled (due or not: trims are 100 ms apart already)
   for (const Dropped& d : t_dropped)
     if (d.seg == s && d.due == due) return;
   t_dropped[t_dropped_next++ % kDroppedMax] = {s, due};
@@ -133,19 +135,21 @@ bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t
     if (w->seen[i] == s) return true;
   w->seen[w->next++ % Walk::kSeen] = s;
   if (w->n < Walk::kSeen) ++w->n;
-  drop_due(s, w->now_ms);
+  ++w->segments;
+  drop_scheduled(s);
   return true;
 }
 }  // namespace
 
-void trim_own() {
+bool trim_own() {
   mi_heap_t* heap = mi_heap_get_default();
   mi_heap_collect(heap, false);
-  if (!segment_spans_known) return;
   Walk w;
-  w.n = w.next = 0;
-  w.now_ms = static_cast<std::int64_t>(mi_now_ms());
-  mi_heap_visit_blocks(heap, false, &visit_page, &w);
+  w.n = w.next = w.segments = 0;
+  if (segment_spans_known) mi_heap_visit_blocks(heap, false, &visit_page, &w);
+  const bool fewer = w.segments < t_segments;
+  t_segments = w.segments;
+  return fewer;
 }
 
 std::uint8_t cache_bin[kCacheMax / kMinAlign + 1];

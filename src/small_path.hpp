@@ -520,8 +520,13 @@ void on_refill(void (*hook)());
 // own decommit later finds them dropped already. The spans are free: only
 // the owner allocates in its segments and a span it takes is cleared from
 // the schedule first, so with signals blocked (collect_if_idle) none can
-// be taken between the read of the schedule and the drop.
-void trim_own();
+// be taken between the read of the schedule and the drop. All that is
+// scheduled, due or not (trims are 100 ms apart already). True where the
+// thread's pages lie in fewer segments than at its last trim: segments
+// emptied, which mimalloc keeps in its segment cache for its purge delay
+// (500 ms) and gives back only in a later collect (the decay thread's,
+// cache::note_segments_emptied).
+bool trim_own();
 // configure(): the segment header's fields above read right (a span freed
 // under the check's eyes is scheduled where kSegDecommitMaskAt says).
 extern __attribute__((visibility("hidden"))) bool segment_spans_known;

@@ -14,6 +14,16 @@
 // small blocks replaced by others, 1 ms apart. RSS must come back within
 // 48 MiB of where it started within 10 s (due in ~0.2 s: the owner's trims
 // are 100 ms apart). Before: 256 MiB held after 10 s either way.
+//   `idle`: no small block kept (the consumer's frees empty whole
+// segments, which mimalloc keeps in its segment cache for 500 ms and
+// purges only in a later collect), a large block first (lowtide's decay
+// thread runs), and the main thread works for 0.3 s only, then makes no
+// call: the decay thread's collect after the trim that emptied them
+// (cache::note_segments_emptied) must give them back within 5 s (due at
+// ~0.7 s). Without it they stayed for good.
+//   `held` (run with LOWTIDE_SMALL_TRIM=off): `consumer`'s run, but the
+// memory must still be held after 1 s of work: the switch turns the trim
+// off, and this program sees the difference.
 //
 // What the trim must not do: drop a byte of a live block. Every kept block
 // is checked, and then 64 KiB blocks made again over the dropped spans
@@ -82,19 +92,28 @@ void work_round() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CHECK(argc == 2 && (std::strcmp(argv[1], "consumer") == 0 || std::strcmp(argv[1], "own") == 0),
-        "usage: live_owner consumer|own");
-  const bool by_consumer = std::strcmp(argv[1], "consumer") == 0;
+  CHECK(argc == 2 && (std::strcmp(argv[1], "consumer") == 0 || std::strcmp(argv[1], "own") == 0 ||
+                      std::strcmp(argv[1], "idle") == 0 || std::strcmp(argv[1], "held") == 0),
+        "usage: live_owner consumer|own|idle|held");
+  const bool idle = std::strcmp(argv[1], "idle") == 0;
+  const bool held = std::strcmp(argv[1], "held") == 0;
+  const bool by_consumer = idle || held || std::strcmp(argv[1], "consumer") == 0;
   lt::arm_watchdog(60, "live_owner");
   big = static_cast<void**>(map_list(kBigCount));
   kept = static_cast<void**>(map_list(kKeepCount));
+  if (idle) {  // a large block: lowtide's decay thread starts
+    void* l = malloc(opaque(MiB));
+    CHECK(l != nullptr);
+    std::memset(l, 1, MiB);
+    free(l);
+  }
   const std::size_t before = rss_kib();
 
   for (std::size_t i = 0; i < kBigCount; ++i) {
     big[i] = malloc(opaque(kBig));
     CHECK(big[i] != nullptr);
     std::memset(big[i], 0x5a, kBig);
-    if (i % 4 == 3) {
+    if (!idle && i % 4 == 3) {
       kept[i / 4] = malloc(opaque(kKeep));
       CHECK(kept[i / 4] != nullptr);
       lt::fill_pattern(kept[i / 4], kKeep, static_cast<unsigned>(i));
@@ -117,22 +136,35 @@ int main(int argc, char** argv) {
   const double t0 = lt::now_seconds();
   std::size_t now = at_free;
   unsigned rounds = 0;
-  while (lt::now_seconds() - t0 < 10) {
-    work_round();
-    ++rounds;
+  std::size_t worked = 0;  // idle: RSS when the work stopped
+  while (lt::now_seconds() - t0 < (held ? 1 : 10)) {
+    if (idle && lt::now_seconds() - t0 >= 0.3) {
+      if (worked == 0) worked = rss_kib();
+      if (lt::now_seconds() - t0 >= 5.3) break;
+    } else {
+      work_round();
+      ++rounds;
+    }
     now = rss_kib();
-    if (now <= before + kSlack / KiB) break;
+    if (now <= before + kSlack / KiB && (!idle || worked != 0) && !held) break;
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, nullptr);
   }
   const double took = lt::now_seconds() - t0;
   std::fprintf(stderr, "live_owner %s: RSS %zu KiB at start, %zu with the blocks, %zu right after the free, %zu after %.2f s (%u rounds)\n",
                argv[1], before, full, at_free, now, took, rounds);
+  if (idle) std::fprintf(stderr, "live_owner idle: %zu KiB when the work stopped at 0.3 s\n", worked);
+  if (held) {
+    CHECK(now >= before + (kBigCount * kBig) / KiB / 2, "LOWTIDE_SMALL_TRIM=off, yet only %zu KiB held after 1 s",
+          now - before);
+    std::printf("live_owner held: ok\n");
+    _exit(0);  // (the consumer still waits)
+  }
   CHECK(now <= before + kSlack / KiB, "%zu KiB still resident above the start %.1f s after the free (want <= %zu)",
         now - before, took, kSlack / KiB);
 
   // Nothing live was dropped.
-  for (std::size_t i = 0; i < kKeepCount; ++i) {
+  for (std::size_t i = 0; i < (idle ? 0 : kKeepCount); ++i) {
     const std::size_t bad = lt::find_pattern_mismatch(kept[i], kKeep, static_cast<unsigned>(i * 4 + 3));
     CHECK(bad == SIZE_MAX, "kept block %zu changed at byte %zu", i, bad);
   }
@@ -152,7 +184,7 @@ int main(int argc, char** argv) {
     CHECK(bad == SIZE_MAX, "new block %zu changed at byte %zu", i, bad);
     free(big[i]);
   }
-  for (std::size_t i = 0; i < kKeepCount; ++i) {
+  for (std::size_t i = 0; i < (idle ? 0 : kKeepCount); ++i) {
     const std::size_t bad = lt::find_pattern_mismatch(kept[i], kKeep, static_cast<unsigned>(i * 4 + 3));
     CHECK(bad == SIZE_MAX, "kept block %zu changed at byte %zu", i, bad);
     free(kept[i]);
