@@ -1,6 +1,7 @@
 #include "small_path.hpp"
 
 #include <cerrno>
+#include <climits>
 
 #include "log.hpp"
 #include "platform.hpp"
@@ -97,12 +98,37 @@ constexpr unsigned kDroppedMax = 16;
 __thread Dropped t_dropped[kDroppedMax] __attribute__((tls_model("initial-exec")));
 __thread unsigned t_dropped_next __attribute__((tls_model("initial-exec")));
 
+// The distinct segments of a walk. The heap's pages come bin by bin, so a
+// segment with pages in several bins comes back after all the others: a
+// ring of the last 32 met missed every one past 32 segments (1 GiB), and
+// each of its pages had the segment's spans dropped again (a 1.5 GiB heap
+// of 59 segments: 484 repeated discards in one trim, 4 GiB: 7,000 calls
+// and 8-34 ms in one malloc, signals blocked), its count a page count.
+// A set, on the stack (1 KiB: 32 MiB segments' numbers fit 32 bits).
 struct Walk {
-  static constexpr unsigned kSeen = 32;
-  std::uintptr_t seen[kSeen];  // the last segments met (most threads have a few)
-  unsigned n, next;
-  unsigned segments;  // distinct segments met (past kSeen: an upper bound)
+  static constexpr unsigned kSlots = 256, kMax = kSlots * 3 / 4;  // (6 GiB of segments)
+  std::uint32_t seen[kSlots];  // a segment's address >> 25, open addressing; 0: free
+  unsigned segments;           // distinct segments met; UINT_MAX past kMax
+  // True the first time s is met (and always past kMax: t_dropped then
+  // keeps the discards from repeating, not always).
+  bool first(std::uintptr_t s) {
+    const auto key = static_cast<std::uint32_t>(s >> 25);
+    if (segments == UINT_MAX) return true;
+    for (unsigned i = (key * 2654435761u) >> 24;; i = (i + 1) % kSlots) {
+      if (seen[i] == key) return false;
+      if (seen[i] == 0) {
+        if (segments == kMax) {
+          segments = UINT_MAX;
+          return true;
+        }
+        seen[i] = key;
+        ++segments;
+        return true;
+      }
+    }
+  }
 };
+static_assert(~page_layout::kSegmentMask + 1 == std::uintptr_t{1} << 25 && sizeof(std::uintptr_t) == 8);
 // Segments the thread's last trim met.
 __thread unsigned t_segments __attribute__((tls_model("initial-exec")));
 
@@ -131,12 +157,7 @@ void drop_scheduled(std::uintptr_t s) {
 bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
   auto* w = static_cast<Walk*>(arg);
   const auto s = reinterpret_cast<std::uintptr_t>(area->blocks) & kSegmentMask;
-  for (unsigned i = 0; i < w->n; ++i)
-    if (w->seen[i] == s) return true;
-  w->seen[w->next++ % Walk::kSeen] = s;
-  if (w->n < Walk::kSeen) ++w->n;
-  ++w->segments;
-  drop_scheduled(s);
+  if (w->first(s)) drop_scheduled(s);
   return true;
 }
 }  // namespace
@@ -145,7 +166,8 @@ bool trim_own() {
   mi_heap_t* heap = mi_heap_get_default();
   mi_heap_collect(heap, false);
   Walk w;
-  w.n = w.next = w.segments = 0;
+  __builtin_memset(w.seen, 0, sizeof w.seen);
+  w.segments = 0;
   if (segment_spans_known) mi_heap_visit_blocks(heap, false, &visit_page, &w);
   const bool fewer = w.segments < t_segments;
   t_segments = w.segments;
