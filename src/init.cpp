@@ -180,7 +180,7 @@ void init_once() {
   // LOWTIDE_SMALL_TRIM's words are "on", "off".
   if (g.config.get(Opt::small_trim) == 0) small::on_refill([] {
     limit::collect_if_idle([] {
-      if (small::trim_own()) cache::note_segments_emptied();
+      if (small::trim_own(stats::thread_small_out())) cache::note_segments_emptied();
     });
   });
   stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes, &cache::note_thread_exit);

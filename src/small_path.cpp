@@ -28,24 +28,53 @@ void (*forced_collect_hook)() = nullptr;
 // want of memory (collect and retry).
 
 void (*refill_hook)() = nullptr;
-// When this thread may next trim (pal::now_ns; 0: not set yet).
-__thread std::uint64_t t_trim_due_ns __attribute__((tls_model("initial-exec"))) = 0;
-constexpr std::uint64_t kTrimEveryNs = 100'000'000;
+constexpr std::uint32_t kTrimGapMinMs = 100, kTrimGapMaxMs = 3200;
 constexpr std::uint64_t kTrimShare = 100;  // a trim that took t waits 100 t
+constexpr std::uint32_t kReleaseMinKib = 1024;
+
+// A thread's trim state, one initial-exec block (96 bytes; design.md,
+// "TLS"): zero at the thread's start.
+struct TrimState {
+  std::uint64_t due_ns;  // when this thread may next trim (0: not set yet)
+  // The gap between trims, by demand: where the thread handed out at least
+  // half of what a trim released (its collect's pages and the spans it
+  // dropped) by its next trim, it is likely to have taken that memory
+  // again (a loop of 64 MiB of temporaries every 150 ms), and the gap
+  // doubles, up to 3.2 s; where it handed out less, it halves, down to
+  // 100 ms. Releasing what comes back costs a fault per page and
+  // mimalloc's page set-up again (that loop: 0.08 s of CPU untrimmed, 1.0 s
+  // trimmed every 100 ms).
+  std::uint32_t gap_ms;
+  std::uint32_t released_kib;  // what the last trim released
+  std::uint64_t out_then;      // the thread's small bytes handed out by then
+  std::uint32_t segments;      // segments its pages lay in then
+  // Segments whose scheduled spans it dropped, with the due time they had
+  // (low 32 bits of each): until mimalloc decommits them itself or
+  // schedules more (which moves the due time) the walk passes them by.
+  struct {
+    std::uint32_t seg, due;
+  } dropped[6];
+  std::uint32_t dropped_next;
+};
+__thread TrimState t_trim __attribute__((tls_model("initial-exec")));
+static_assert(sizeof(TrimState) <= 96);
 
 void maybe_trim() {
   void (*hook)() = __atomic_load_n(&refill_hook, __ATOMIC_ACQUIRE);
   if (hook == nullptr) return;
   const std::uint64_t now = pal::now_ns();
-  const std::uint64_t due = t_trim_due_ns;
+  const std::uint64_t due = t_trim.due_ns;
   // A thread's first refill only sets the clock: a short-lived thread
   // (thread_churn's) has freed nothing of its own worth a walk.
-  if (due == 0) t_trim_due_ns = now + kTrimEveryNs;
+  if (due == 0) {
+    t_trim.gap_ms = kTrimGapMinMs;
+    t_trim.due_ns = now + std::uint64_t{kTrimGapMinMs} * 1'000'000u;
+  }
   if (due == 0 || now < due) return;
-  t_trim_due_ns = UINT64_MAX;  // (mimalloc runs no deferred-free call inside this one)
+  t_trim.due_ns = UINT64_MAX;  // (mimalloc runs no deferred-free call inside this one)
   hook();
-  const std::uint64_t took = pal::now_ns() - now;
-  t_trim_due_ns = now + (took * kTrimShare > kTrimEveryNs ? took * kTrimShare : kTrimEveryNs);
+  const std::uint64_t took = pal::now_ns() - now, gap = std::uint64_t{t_trim.gap_ms} * 1'000'000u;
+  t_trim.due_ns = now + (took * kTrimShare > gap ? took * kTrimShare : gap);
 }
 
 void on_mi_collect(bool force, unsigned long long, void*) {
@@ -87,17 +116,6 @@ bool mask_bit(const unsigned char* seg, std::size_t mask_at, std::size_t unit) {
 std::uintptr_t own_thread_id() { return reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer()); }
 std::uint64_t mi_now_ms() { return pal::now_ns() / 1'000'000u; }
 
-// Segments this thread dropped the scheduled spans of, and the due time
-// they had: until mimalloc decommits them itself (or schedules more, which
-// moves the due time) the walk passes them by.
-struct Dropped {
-  std::uintptr_t seg;
-  std::int64_t due;
-};
-constexpr unsigned kDroppedMax = 16;
-__thread Dropped t_dropped[kDroppedMax] __attribute__((tls_model("initial-exec")));
-__thread unsigned t_dropped_next __attribute__((tls_model("initial-exec")));
-
 // The distinct segments of a walk. The heap's pages come bin by bin, so a
 // segment with pages in several bins comes back after all the others: a
 // ring of the last 32 met missed every one past 32 segments (1 GiB), and
@@ -109,8 +127,10 @@ struct Walk {
   static constexpr unsigned kSlots = 256, kMax = kSlots * 3 / 4;  // (6 GiB of segments)
   std::uint32_t seen[kSlots];  // a segment's address >> 25, open addressing; 0: free
   unsigned segments;           // distinct segments met; UINT_MAX past kMax
-  // True the first time s is met (and always past kMax: t_dropped then
-  // keeps the discards from repeating, not always).
+  std::uint64_t bytes;          // the pages' bytes (mimalloc's area->committed: blocks set up)
+  std::uint64_t dropped;        // bytes of spans dropped
+  // True the first time s is met (and always past kMax: t_trim.dropped
+  // then keeps the discards from repeating, not always).
   bool first(std::uintptr_t s) {
     const auto key = static_cast<std::uint32_t>(s >> 25);
     if (segments == UINT_MAX) return true;
@@ -129,19 +149,22 @@ struct Walk {
   }
 };
 static_assert(~page_layout::kSegmentMask + 1 == std::uintptr_t{1} << 25 && sizeof(std::uintptr_t) == 8);
-// Segments the thread's last trim met.
-__thread unsigned t_segments __attribute__((tls_model("initial-exec")));
 
-void drop_scheduled(std::uintptr_t s) {
+void drop_scheduled(std::uintptr_t s, std::uint64_t* dropped) {
   using namespace page_layout;
   const auto* seg = reinterpret_cast<const unsigned char*>(s);
   if (seg_field<std::uintptr_t>(seg, kSegThreadAt) != own_thread_id()) return;  // (another's: never)
   if (!seg_field<bool>(seg, kSegAllowDecommitAt) || seg_field<std::int32_t>(seg, kSegKindAt) != 0) return;
+  // What mimalloc itself would decommit at its next look: the schedule,
+  // once due (its delay, 25 ms: a span freed and taken again at once stays
+  // committed; dropping spans scheduled a moment ago cost bignum 4 % of its
+  // CPU time in faults).
   const auto due = seg_field<std::int64_t>(seg, kSegDecommitExpireAt);
-  if (due == 0) return;  // nothing scheduled (due or not: trims are 100 ms apart already)
-  for (const Dropped& d : t_dropped)
-    if (d.seg == s && d.due == due) return;
-  t_dropped[t_dropped_next++ % kDroppedMax] = {s, due};
+  if (due == 0 || due > static_cast<std::int64_t>(mi_now_ms())) return;
+  const auto key = static_cast<std::uint32_t>(s >> 25), due_lo = static_cast<std::uint32_t>(due);
+  for (const auto& d : t_trim.dropped)
+    if (d.seg == key && d.due == due_lo) return;
+  t_trim.dropped[t_trim.dropped_next++ % (sizeof t_trim.dropped / sizeof t_trim.dropped[0])] = {key, due_lo};
   for (unsigned w = 0; w < kCommitMaskWords; ++w) {
     std::uint64_t m = seg_field<std::uint64_t>(seg, kSegDecommitMaskAt + w * 8);
     while (m != 0) {
@@ -149,6 +172,7 @@ void drop_scheduled(std::uintptr_t s) {
       const std::uint64_t rest = ~(m >> b);  // 0 only where all 64 units are due
       const unsigned run = rest == 0 ? 64 : static_cast<unsigned>(__builtin_ctzll(rest));
       pal::discard(reinterpret_cast<void*>(s + (std::size_t{w} * 64 + b) * kCommitUnit), std::size_t{run} * kCommitUnit);
+      *dropped += std::size_t{run} * kCommitUnit;
       m = b + run >= 64 ? 0 : m & ~((std::uint64_t{1} << (b + run)) - 1);
     }
   }
@@ -156,21 +180,40 @@ void drop_scheduled(std::uintptr_t s) {
 
 bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
   auto* w = static_cast<Walk*>(arg);
+  w->bytes += area->committed;
   const auto s = reinterpret_cast<std::uintptr_t>(area->blocks) & kSegmentMask;
-  if (w->first(s)) drop_scheduled(s);
+  if (w->first(s)) drop_scheduled(s, &w->dropped);
   return true;
 }
+bool count_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
+  *static_cast<std::uint64_t*>(arg) += area->committed;
+  return true;
+}
+std::uint32_t to_kib(std::uint64_t b) { return b >> 10 > UINT32_MAX ? UINT32_MAX : static_cast<std::uint32_t>(b >> 10); }
 }  // namespace
 
-bool trim_own() {
+bool trim_own(std::uint64_t out) {
   mi_heap_t* heap = mi_heap_get_default();
+  std::uint64_t before = 0;
+  mi_heap_visit_blocks(heap, false, &count_page, &before);
   mi_heap_collect(heap, false);
   Walk w;
   __builtin_memset(w.seen, 0, sizeof w.seen);
   w.segments = 0;
+  w.bytes = w.dropped = 0;
   if (segment_spans_known) mi_heap_visit_blocks(heap, false, &visit_page, &w);
-  const bool fewer = w.segments < t_segments;
-  t_segments = w.segments;
+  else mi_heap_visit_blocks(heap, false, &count_page, &w.bytes);
+  // The gap by demand (TrimState).
+  TrimState& t = t_trim;
+  if (t.released_kib >= kReleaseMinKib && out >= t.out_then) {
+    const bool came_back = to_kib(out - t.out_then) >= t.released_kib / 2;
+    t.gap_ms = came_back ? (t.gap_ms * 2 < kTrimGapMaxMs ? t.gap_ms * 2 : kTrimGapMaxMs)
+                         : (t.gap_ms / 2 > kTrimGapMinMs ? t.gap_ms / 2 : kTrimGapMinMs);
+  }
+  t.released_kib = to_kib((before > w.bytes ? before - w.bytes : 0) + w.dropped);
+  t.out_then = out;
+  const bool fewer = w.segments < t.segments;
+  t.segments = w.segments;
   return fewer;
 }
 

@@ -526,7 +526,10 @@ void on_refill(void (*hook)());
 // emptied, which mimalloc keeps in its segment cache for its purge delay
 // (500 ms) and gives back only in a later collect (the decay thread's,
 // cache::note_segments_emptied).
-bool trim_own();
+// out: the small-block bytes the thread has handed out (its counter; 0
+// where counting is compiled out), against which the gap between trims
+// follows demand.
+bool trim_own(std::uint64_t out);
 // configure(): the segment header's fields above read right (a span freed
 // under the check's eyes is scheduled where kSegDecommitMaskAt says).
 extern __attribute__((visibility("hidden"))) bool segment_spans_known;

@@ -83,6 +83,14 @@ inline Slot* slot() {
   return attach();
 }
 
+// The small-block bytes this thread has handed out (0 before its first
+// counted call, or with counting compiled out).
+inline std::uint64_t thread_small_out() {
+  if constexpr (!kEnabled) return 0;
+  const Slot* s = t_local.stats;
+  return s != nullptr ? __atomic_load_n(&s->c[small_out], __ATOMIC_RELAXED) : 0;
+}
+
 // This thread's errno: the address attach() cached (slot() has run), or a
 // call when counting is compiled out and attach() never runs.
 inline int* errno_of_attached() {
