@@ -509,9 +509,10 @@ void on_forced_collect(void (*hook)());
 // that segment next gives a page, maybe never. 500 MiB of 64 KiB blocks
 // freed by a consumer thread stayed resident (glibc: 12 MiB). hook runs on
 // the owning thread from mimalloc's deferred-free call at a page refill
-// (its slow path), at most every 100 ms and at most 1 % of the thread's
-// time (a walk that took t waits 100 t), never on a thread's first
-// refill; it is to call trim_own under limit::collect_if_idle.
+// (its slow path), every 100 ms to 3.2 s by demand (small_path.cpp,
+// TrimState) and at most 1 % of the thread's time (a walk that took t
+// waits 100 t), never on a thread's first refill; it is to call trim_own
+// under limit::collect_if_idle.
 void on_refill(void (*hook)());
 // The calling thread's part: its heap collected (pages that other
 // threads emptied are freed, and their spans scheduled for decommit), then
@@ -520,8 +521,8 @@ void on_refill(void (*hook)());
 // own decommit later finds them dropped already. The spans are free: only
 // the owner allocates in its segments and a span it takes is cleared from
 // the schedule first, so with signals blocked (collect_if_idle) none can
-// be taken between the read of the schedule and the drop. All that is
-// scheduled, due or not (trims are 100 ms apart already). True where the
+// be taken between the read of the schedule and the drop. Only schedules
+// already due (mimalloc's own rule; small_path.cpp says why). True where the
 // thread's pages lie in fewer segments than at its last trim: segments
 // emptied, which mimalloc keeps in its segment cache for its purge delay
 // (500 ms) and gives back only in a later collect (the decay thread's,
