@@ -166,7 +166,7 @@ void drop_scheduled(std::uintptr_t s, std::uint64_t* dropped) {
     if (d.seg == key && d.due == due_lo) return;
   t_trim.dropped[t_trim.dropped_next++ % (sizeof t_trim.dropped / sizeof t_trim.dropped[0])] = {key, due_lo};
   for (unsigned w = 0; w < kCommitMaskWords; ++w) {
-    std::uint64_t m = seg_field<std::uint64_t>(seg, kSegDecommitMaskAt + w * 8);
+    std::uint64_t m = seg_field<std::uint64_t>(seg, kSegDecommitMaskAt + std::size_t{w} * 8);
     while (m != 0) {
       const unsigned b = static_cast<unsigned>(__builtin_ctzll(m));
       const std::uint64_t rest = ~(m >> b);  // 0 only where all 64 units are due
