@@ -1246,22 +1246,26 @@ void note_large_allocation() {
   }
 }
 
-void note_thread_exit(std::uint64_t small_out) {
-  // A maximum, not a store: a thread preempted between its clock read and
-  // its store must not move the time back past a later exit.
-  const std::uint64_t now = pal::now_ns();
-  std::uint64_t old = last_exit_ns.load(std::memory_order_relaxed);
-  while (old < now && !last_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
+namespace {
+// *t = max(*t, now): a maximum, not a store, so a thread preempted between
+// its clock read and its store never moves the time back past a later one.
+void raise_to(std::atomic<std::uint64_t>* t, std::uint64_t now) {
+  std::uint64_t old = t->load(std::memory_order_relaxed);
+  while (old < now && !t->compare_exchange_weak(old, now, std::memory_order_relaxed)) {
   }
+}
+}  // namespace
+
+void note_thread_exit(std::uint64_t small_out) {
+  const std::uint64_t now = pal::now_ns();
+  raise_to(&last_exit_ns, now);
   // The main thread gone, this may be the last thread but lowtide's: the
   // decay thread looks soon rather than at the end of a sleep of up to a
   // second (a wake per exit only in such a process).
   if (orphan::note_exit()) wake_decay();
   if (small_out < kExitStartBytes) return;
   // A thread that did real work: the release after exits (decay_main).
-  old = last_big_exit_ns.load(std::memory_order_relaxed);
-  while (old < now && !last_big_exit_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
-  }
+  raise_to(&last_big_exit_ns, now);
   if (thread_started.load(std::memory_order_relaxed)) {
     // A sleep of up to a second must not outlast the release's quiet
     // while (one wake per such exit only).
@@ -1285,10 +1289,7 @@ void note_thread_exit(std::uint64_t small_out) {
 }
 
 void note_segments_emptied() {
-  const std::uint64_t now = pal::now_ns();
-  std::uint64_t old = last_emptied_ns.load(std::memory_order_relaxed);
-  while (old < now && !last_emptied_ns.compare_exchange_weak(old, now, std::memory_order_relaxed)) {
-  }
+  raise_to(&last_emptied_ns, pal::now_ns());
   wake_decay();  // (a sleep of up to a second would outlast the purge delay)
 }
 

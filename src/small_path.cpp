@@ -37,8 +37,9 @@ constexpr std::uint32_t kReleaseMinKib = 1024;
 struct TrimState {
   std::uint64_t due_ns;  // when this thread may next trim (0: not set yet)
   // The gap between trims, by demand: where the thread handed out at least
-  // half of what a trim released (its collect's pages and the spans it
-  // dropped) by its next trim, it is likely to have taken that memory
+  // half of what a trim released (the spans it dropped; the pages its
+  // collect frees are scheduled then and dropped by a later trim) by its
+  // next trim, it is likely to have taken that memory
   // again (a loop of 64 MiB of temporaries every 150 ms), and the gap
   // doubles, up to 3.2 s; where it handed out less, it halves, down to
   // 100 ms. Releasing what comes back costs a fault per page and
@@ -127,7 +128,6 @@ struct Walk {
   static constexpr unsigned kSlots = 256, kMax = kSlots * 3 / 4;  // (6 GiB of segments)
   std::uint32_t seen[kSlots];  // a segment's address >> 25, open addressing; 0: free
   unsigned segments;           // distinct segments met; UINT_MAX past kMax
-  std::uint64_t bytes;          // the pages' bytes (mimalloc's area->committed: blocks set up)
   std::uint64_t dropped;        // bytes of spans dropped
   // True the first time s is met (and always past kMax: t_trim.dropped
   // then keeps the discards from repeating, not always).
@@ -180,13 +180,8 @@ void drop_scheduled(std::uintptr_t s, std::uint64_t* dropped) {
 
 bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
   auto* w = static_cast<Walk*>(arg);
-  w->bytes += area->committed;
   const auto s = reinterpret_cast<std::uintptr_t>(area->blocks) & kSegmentMask;
   if (w->first(s)) drop_scheduled(s, &w->dropped);
-  return true;
-}
-bool count_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t, void* arg) {
-  *static_cast<std::uint64_t*>(arg) += area->committed;
   return true;
 }
 std::uint32_t to_kib(std::uint64_t b) { return b >> 10 > UINT32_MAX ? UINT32_MAX : static_cast<std::uint32_t>(b >> 10); }
@@ -194,15 +189,12 @@ std::uint32_t to_kib(std::uint64_t b) { return b >> 10 > UINT32_MAX ? UINT32_MAX
 
 bool trim_own(std::uint64_t out) {
   mi_heap_t* heap = mi_heap_get_default();
-  std::uint64_t before = 0;
-  mi_heap_visit_blocks(heap, false, &count_page, &before);
   mi_heap_collect(heap, false);
   Walk w;
   __builtin_memset(w.seen, 0, sizeof w.seen);
   w.segments = 0;
-  w.bytes = w.dropped = 0;
+  w.dropped = 0;
   if (segment_spans_known) mi_heap_visit_blocks(heap, false, &visit_page, &w);
-  else mi_heap_visit_blocks(heap, false, &count_page, &w.bytes);
   // The gap by demand (TrimState).
   TrimState& t = t_trim;
   if (t.released_kib >= kReleaseMinKib && out >= t.out_then) {
@@ -210,7 +202,7 @@ bool trim_own(std::uint64_t out) {
     t.gap_ms = came_back ? (t.gap_ms * 2 < kTrimGapMaxMs ? t.gap_ms * 2 : kTrimGapMaxMs)
                          : (t.gap_ms / 2 > kTrimGapMinMs ? t.gap_ms / 2 : kTrimGapMinMs);
   }
-  t.released_kib = to_kib((before > w.bytes ? before - w.bytes : 0) + w.dropped);
+  t.released_kib = to_kib(w.dropped);
   t.out_then = out;
   const bool fewer = w.segments < t.segments;
   t.segments = w.segments;
