@@ -199,6 +199,7 @@ void init_once() {
   // The words are "on", "off", "advise", in that order.
   large::space.hugepages = g.config.get(Opt::hugepages) != 1;
   large::space.advise_huge = g.config.get(Opt::hugepages) == 2;
+  large::space.populate_pct = static_cast<unsigned>(g.config.get(Opt::populate));
   std::size_t want = g.config.get(Opt::reserve);
   // Under an address-space limit (ulimit -v) a reservation counts in full
   // although it commits nothing: take at most an eighth of the limit so the

@@ -19,6 +19,9 @@ struct Space {
   // (on, advise); and are madvise(MADV_HUGEPAGE)d as well (advise only).
   bool hugepages = true;
   bool advise_huge = false;
+  // LOWTIDE_POPULATE: the percent of a growing block's fresh tail faulted in
+  // at its realloc (LargePath::populate_tail); 0: none.
+  unsigned populate_pct = 50;
   std::atomic<std::size_t> blocks{0};  // live large blocks
   std::atomic<std::size_t> mapped{0};  // bytes committed for them (and the cache)
   // Bytes of the range lost for good: a moved block's old extent whose hole

@@ -48,6 +48,9 @@ const OptionSpec kOptions[static_cast<unsigned>(Opt::count)] = {
     {"LOWTIDE_THREAD_CACHE", OptKind::size, "16KiB", 0, std::uint64_t{64} << 10, nullptr, 0, "size"},
     // A live thread's trim of its freed small-block memory (small::trim_own).
     {"LOWTIDE_SMALL_TRIM", OptKind::choice, "on", 0, 0, kOnOff, 2, "choice"},
+    // Percent of a realloc's new fresh pages faulted in at the realloc
+    // (LargePath::populate_tail).
+    {"LOWTIDE_POPULATE", OptKind::count, "50", 0, 100, nullptr, 0, "count"},
 };
 
 const char* const kToolVariables[] = {

@@ -9,7 +9,7 @@ namespace lowtide {
 
 enum class Opt : unsigned { cutoff, reserve, stats, stats_file, cache, decay_ms, decay_thread, hugepages, sites, site_sample,
                        limit, cgroup_root, decay_min_ms, sites_python, live, stats_interval, thread_cache,
-                       small_trim, count };
+                       small_trim, populate, count };
 
 // count: a plain whole number; duration: milliseconds, read by
 // parse_duration_ms ("500", "500ms", "2s"; no size suffixes).

@@ -657,6 +657,20 @@ bool open_table(void* p, std::size_t len) {
 void advise_hugepage(void* p, std::size_t len) { ::madvise(p, len, MADV_HUGEPAGE); }
 
 namespace {
+std::atomic<bool> populate_refused{false};
+}
+
+void populate(void* p, std::size_t len) {
+  if (populate_refused.load(std::memory_order_relaxed)) return;
+  const int saved = errno;
+  // EINVAL: a kernel before 5.14 (the advice is unknown); every later call
+  // would be refused the same way.
+  if (::madvise(p, len, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    populate_refused.store(true, std::memory_order_relaxed);
+  errno = saved;
+}
+
+namespace {
 // PAGEMAP_SCAN's argument and result (include/uapi/linux/fs.h, Linux 6.7):
 // Debian 12's headers predate it. The kernel checks `size`.
 struct PageRegion {

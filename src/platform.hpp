@@ -208,6 +208,11 @@ Grow grow_mapping(void* p, std::size_t len, std::size_t new_len);
 bool fill_hole(void* p, std::size_t len);
 // Ask for transparent huge pages on [p, p+len) (best effort).
 void advise_hugepage(void* p, std::size_t len);
+// Fault [p, p+len) in now, as writes would (MADV_POPULATE_WRITE, Linux
+// 5.14): one call instead of a trap per page. Best effort: a kernel without
+// it (EINVAL) turns it off for the process; out of memory or a fatal signal
+// pending leaves the rest to fault when written, as it would have.
+void populate(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
 // Bytes of [p, p+len) that are resident (the range rounded out to pages):
 // PAGEMAP_SCAN's runs of present pages (Linux 6.7+, /proc/thread-self/
@@ -574,9 +579,12 @@ struct PageOps {
   // After a refusal of `want` bytes: a finite RLIMIT_DATA near enough to
   // be its cause (data_limit_near); null: never (tests).
   bool (*data_limit_near)(std::size_t want) = nullptr;
+  // A grown block's new pages faulted in ahead of the writes (populate);
+  // null: never (tests).
+  void (*populate)(void* p, std::size_t len) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
-                                  &recover_destination, &writable_again, &zero_held, &data_limit_near};
+                                  &recover_destination, &writable_again, &zero_held, &data_limit_near, &populate};
 
 }  // namespace lowtide::pal

@@ -71,7 +71,7 @@ PATH_KEYS = ["requested", "out", "freed", "live"]
 LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "copy_bytes", "returned_bytes",
               "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live",
               "released_at_free", "released_decay", "released_demand", "released_limit", "released_room",
-              "cached_peak", "cached_byte_seconds", "grown_into_cache", "warm_misses"]
+              "cached_peak", "cached_byte_seconds", "grown_into_cache", "warm_misses", "populated"]
 
 
 def check_schema(r, pid=None):
