@@ -501,7 +501,8 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
 void LargePath::populate_tail(const Change& c, char* from, const char* end) {
   const unsigned pct = large::space.populate_pct;
   if (pct == 0 || ops_.populate == nullptr || end <= from) return;
-  std::size_t len = static_cast<std::size_t>(end - from) / 100 * pct;
+  // (end - from is below the range, 64 TiB at most: no overflow.)
+  std::size_t len = static_cast<std::size_t>(end - from) * pct / 100;
   len = std::min(len, kPopulateMax) & ~(pal::kPageSize - 1);
   if (len == 0 || limit::cache_room(0) < len) return;
   ops_.populate(from, len);

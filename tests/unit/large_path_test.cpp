@@ -1568,3 +1568,112 @@ TEST_CASE("large path: settle does not wait for a request no run there will be c
   CHECK(waited_for_one);
   r.release_all(live, Result::no_room, nullptr);
 }
+
+namespace {
+// What populate_tail asked for, in order; each range is faulted in for real.
+struct Populated {
+  char* p;
+  std::size_t len;
+};
+std::vector<Populated> populated;
+void fake_populate(void* p, std::size_t len) {
+  populated.push_back({static_cast<char*>(p), len});
+  pal::populate(p, len);
+}
+constexpr pal::PageOps kPopulateOps{.commit = &fake_commit,
+                                    .decommit = &pal::decommit,
+                                    .move_pages = &fake_move,
+                                    .advise_hugepage = &pal::advise_hugepage,
+                                    .overcommit_refuses = &fake_overcommit,
+                                    .resident = &pal::resident_bytes,
+                                    .populate = &fake_populate};
+
+// Pages of [p, p+len) resident now (mincore).
+std::size_t resident_pages(const void* p, std::size_t len) {
+  std::vector<unsigned char> v(len / pal::kPageSize);
+  if (::mincore(const_cast<void*>(p), len, v.data()) != 0) return SIZE_MAX;
+  return static_cast<std::size_t>(std::count_if(v.begin(), v.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+struct PopulatePct {
+  unsigned was = lowtide::large::space.populate_pct;
+  explicit PopulatePct(unsigned pct) {
+    lowtide::large::space.populate_pct = pct;
+    populated.clear();
+  }
+  ~PopulatePct() { lowtide::large::space.populate_pct = was; }
+};
+}  // namespace
+
+TEST_CASE("large path: growth onto fresh pages faults in the first half of the new room, and only there") {
+  NoHugePages nh;
+  SECTION("in place: half of the room up to the new end, from the old extent's end") {
+    PopulatePct pp(50);
+    Rig r(0, kPopulateOps);
+    void* p = r.alloc(256 << 10);
+    fill(p, 256 << 10, 3);
+    char* old_end = reinterpret_cast<char*>(lowtide::header_of(p)) + 5 * G;
+    void* q = nullptr;
+    REQUIRE(r.path.resize(p, std::size_t{4} << 20, &q) == Result::ok);
+    REQUIRE(q == p);
+    REQUIRE(populated.size() == 1);
+    const std::size_t room = static_cast<std::size_t>(static_cast<char*>(p) + (std::size_t{4} << 20) - old_end);
+    CHECK(populated[0].p == old_end);
+    CHECK(populated[0].len == (room / 2 & ~(pal::kPageSize - 1)));
+    if (!under_valgrind()) {
+      // The populated half is resident, the other half untouched.
+      CHECK(resident_pages(old_end, populated[0].len) == populated[0].len / pal::kPageSize);
+      CHECK(resident_pages(old_end + populated[0].len + pal::kPageSize, room / 2 - 2 * pal::kPageSize) == 0);
+    }
+    CHECK(same(q, 256 << 10, 3));
+    r.path.release(q, "test");
+  }
+  SECTION("moved onto fresh pages: from the new extent's copy of the old end") {
+    PopulatePct pp(50);
+    Rig r(0, kPopulateOps);
+    void* p = r.alloc(256 << 10);
+    void* blocker = r.alloc(256 << 10);
+    fill(p, 256 << 10, 4);
+    void* q = nullptr;
+    REQUIRE(r.path.resize(p, std::size_t{2} << 20, &q) == Result::ok);
+    REQUIRE(q != p);
+    REQUIRE(populated.size() == 1);
+    char* new_base = reinterpret_cast<char*>(lowtide::header_of(q));
+    CHECK(populated[0].p == new_base + 5 * G);
+    CHECK(populated[0].len ==
+          (static_cast<std::size_t>(static_cast<char*>(q) + (std::size_t{2} << 20) - populated[0].p) / 2 &
+           ~(pal::kPageSize - 1)));
+    CHECK(same(q, 256 << 10, 4));
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+  }
+  SECTION("never at malloc, nor into a cached block's pages, nor with LOWTIDE_POPULATE=0") {
+    PopulatePct pp(50);
+    Rig r(std::size_t{32} << 20, kPopulateOps);
+    void* big = r.alloc(std::size_t{4} << 20);
+    void* p = r.alloc(256 << 10);
+    void* blocker = r.alloc(256 << 10);
+    CHECK(populated.empty());  // malloc
+    r.path.release(big, "test");
+    void* q = nullptr;
+    REQUIRE(r.path.resize(p, std::size_t{1} << 20, &q) == Result::ok);  // moves into the cached block
+    CHECK(q != p);
+    CHECK(populated.empty());
+    lowtide::large::space.populate_pct = 0;
+    r.path.release(blocker, "test");
+    void* s = nullptr;
+    REQUIRE(r.path.resize(q, std::size_t{8} << 20, &s) == Result::ok);
+    CHECK(populated.empty());
+    r.path.release(s, "test");
+  }
+  SECTION("at most 32 MiB a call") {
+    PopulatePct pp(100);
+    Rig r(0, kPopulateOps);
+    void* p = r.alloc(256 << 10);
+    void* q = nullptr;
+    REQUIRE(r.path.resize(p, std::size_t{48} << 20, &q) == Result::ok);
+    REQUIRE(populated.size() == 1);
+    CHECK(populated[0].len == (std::size_t{32} << 20));
+    r.path.release(q, "test");
+  }
+}
