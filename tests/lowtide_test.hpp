@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +220,23 @@ inline void describe_status(int status, char* buf, std::size_t n) {
     std::snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
   else
     std::snprintf(buf, n, "status 0x%x", status);
+}
+
+}  // namespace lt
+
+namespace lt {
+
+constexpr std::size_t kPageBytes = 4096;
+
+// Resident bytes of the pages that [p, p + n) lies on.
+inline std::size_t resident_bytes(const void* p, std::size_t n) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(p) & ~(kPageBytes - 1);
+  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + n + kPageBytes - 1) & ~(kPageBytes - 1);
+  std::vector<unsigned char> vec((hi - lo) / kPageBytes);
+  CHECK(mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()) == 0, "mincore: %s", std::strerror(errno));
+  std::size_t pages = 0;
+  for (unsigned char v : vec) pages += v & 1;
+  return pages * kPageBytes;
 }
 
 }  // namespace lt

@@ -11,10 +11,7 @@
 //     pages the program may never write must not count against a limit.
 #include "../lowtide_stats.hpp"
 
-#include <sys/mman.h>
-
 #include <string>
-#include <vector>
 
 using lt::KiB;
 using lt::MiB;
@@ -28,11 +25,7 @@ constexpr std::size_t kNew = 9 * MiB;
 
 // Resident pages of [lo, hi), both page-aligned.
 std::size_t resident_pages(std::uintptr_t lo, std::uintptr_t hi) {
-  std::vector<unsigned char> vec((hi - lo) / kPage);
-  CHECK(mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()) == 0, "mincore: %s", std::strerror(errno));
-  std::size_t pages = 0;
-  for (unsigned char v : vec) pages += v & 1;
-  return pages;
+  return lt::resident_bytes(reinterpret_cast<const void*>(lo), hi - lo) / kPage;
 }
 
 }  // namespace

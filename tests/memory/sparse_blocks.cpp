@@ -16,6 +16,7 @@
 using lt::KiB;
 using lt::MiB;
 using lt::opaque;
+using lt::resident_bytes;
 
 namespace {
 
@@ -29,17 +30,6 @@ std::size_t rss_bytes() {
   CHECK(std::fscanf(f, "%lu %lu", &size, &resident) == 2);
   std::fclose(f);
   return resident * kPage;
-}
-
-// Resident bytes of the pages that [p, p + n) lies on.
-std::size_t resident_bytes(const void* p, std::size_t n) {
-  const auto lo = reinterpret_cast<std::uintptr_t>(p) & ~(kPage - 1);
-  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + n + kPage - 1) & ~(kPage - 1);
-  std::vector<unsigned char> vec((hi - lo) / kPage);
-  CHECK(mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()) == 0, "mincore: %s", std::strerror(errno));
-  std::size_t pages = 0;
-  for (unsigned char v : vec) pages += v & 1;
-  return pages * kPage;
 }
 
 struct Case {
