@@ -180,7 +180,13 @@ void init_once() {
   // LOWTIDE_SMALL_TRIM's words are "on", "off".
   if (g.config.get(Opt::small_trim) == 0) small::on_refill([] {
     limit::collect_if_idle([] {
-      if (small::trim_own(stats::thread_small_out())) cache::note_segments_emptied();
+      std::uint64_t dropped = 0;
+      const bool emptied = small::trim_own(stats::thread_small_out(), &dropped);
+      if (stats::Slot* st = stats::slot_if_attached(); st != nullptr) {
+        stats::add(st, stats::small_trims, 1);
+        stats::add(st, stats::small_trim_dropped, dropped);
+      }
+      if (emptied) cache::note_segments_emptied();
     });
   });
   stats::init(&small::cache_flush, &small::cache_bytes, &small::shelf_bytes, &cache::note_thread_exit);

@@ -250,23 +250,24 @@ void text_header(Out& o, const Data& d) {
   text_totals(o, c);
 }
 
-// The "-- large path --" section's label column: its longest label in
-// lowtide_stats.def and two spaces. (A fixed 34 let "misses topped up from
-// a cached block", 36 characters, push its value two columns past the
-// others'.)
-constexpr int kLargeLabelWidth = [] {
+// The label column of the "-- large path --" and "-- small path --"
+// sections: their longest label in lowtide_stats.def and two spaces. (A
+// fixed 34 let "misses topped up from a cached block", 36 characters, push
+// its value two columns past the others'.)
+constexpr int kPathLabelWidth = [] {
   std::size_t w = 0;
   for (const stats::Field& f : stats::kFields)
-    if (f.object == stats::Object::large) w = std::max(w, std::char_traits<char>::length(f.label));
+    if (f.object == stats::Object::large || f.object == stats::Object::small)
+      w = std::max(w, std::char_traits<char>::length(f.label));
   return static_cast<int>(w) + 2;
 }();
 
-// The "-- large path --" section: the `large` object's labelled rows of
-// lowtide_stats.def, in its order.
-void text_large(Out& o, const Data& d) {
-  o.put("\n-- large path --\n");
-  const int w = kLargeLabelWidth;
-  stats::each_in(stats::Object::large, [&](const stats::Field& f, unsigned i) {
+// The "-- large path --" or "-- small path --" section: the `large` or
+// `small` object's labelled rows of lowtide_stats.def, in its order.
+void text_path(Out& o, const Data& d, const char* title, stats::Object obj) {
+  o.put("\n-- {} --\n", title);
+  const int w = kPathLabelWidth;
+  stats::each_in(obj, [&](const stats::Field& f, unsigned i) {
     if (f.label[0] == '\0') return;
     if (f.unit == stats::Unit::bytes) o.put("{:<{}}{:>12}\n", f.label, w, Human(dbl(d.fields[i])));
     else if (f.unit == stats::Unit::byte_seconds) o.put("{:<{}}{:>12}*s\n", f.label, w, Human(dbl(d.fields[i])));
@@ -323,7 +324,8 @@ void text_sizes(Out& o, const Data& d) {
 
 void format_text(Out& o, const Data& d, const Context& ctx) {
   text_header(o, d);
-  text_large(o, d);
+  text_path(o, d, "large path", stats::Object::large);
+  text_path(o, d, "small path", stats::Object::small);
   text_threads(o, d);
   text_sizes(o, d);
   report_sites::text(o, d.sites, d.at_exit, ctx.demangle);
@@ -371,13 +373,15 @@ void json_head(Out& o, const Data& d, bool truncated) {
   o.put(", \"large\": ");
   json_path(o, c, stats::Object::totals_large, stats::large_out, stats::large_freed);
   o.put("}},\n");
-  o.put(" \"large\": {{");
-  bool first = true;
-  stats::each_in(stats::Object::large, [&](const stats::Field& f, unsigned i) {
-    o.put("{}\"{}\": {}", first ? "" : ", ", f.key, d.fields[i]);
-    first = false;
-  });
-  o.put("}}");
+  for (const stats::Object obj : {stats::Object::large, stats::Object::small}) {
+    o.put("{} \"{}\": {{", obj == stats::Object::large ? "" : ",\n", obj == stats::Object::large ? "large" : "small");
+    bool first = true;
+    stats::each_in(obj, [&](const stats::Field& f, unsigned i) {
+      o.put("{}\"{}\": {}", first ? "" : ", ", f.key, d.fields[i]);
+      first = false;
+    });
+    o.put("}}");
+  }
 }
 
 void json_rest(Out& o, const Data& d, const Context& ctx) {

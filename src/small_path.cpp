@@ -187,7 +187,7 @@ bool visit_page(const mi_heap_t*, const mi_heap_area_t* area, void*, std::size_t
 std::uint32_t to_kib(std::uint64_t b) { return b >> 10 > UINT32_MAX ? UINT32_MAX : static_cast<std::uint32_t>(b >> 10); }
 }  // namespace
 
-bool trim_own(std::uint64_t out) {
+bool trim_own(std::uint64_t out, std::uint64_t* dropped) {
   mi_heap_t* heap = mi_heap_get_default();
   mi_heap_collect(heap, false);
   Walk w;
@@ -203,6 +203,7 @@ bool trim_own(std::uint64_t out) {
                          : (t.gap_ms / 2 > kTrimGapMinMs ? t.gap_ms / 2 : kTrimGapMinMs);
   }
   t.released_kib = to_kib(w.dropped);
+  *dropped = w.dropped;
   t.out_then = out;
   const bool fewer = w.segments < t.segments;
   t.segments = w.segments;

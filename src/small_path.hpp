@@ -529,8 +529,9 @@ void on_refill(void (*hook)());
 // cache::note_segments_emptied).
 // out: the small-block bytes the thread has handed out (its counter; 0
 // where counting is compiled out), against which the gap between trims
-// follows demand.
-bool trim_own(std::uint64_t out);
+// follows demand. *dropped: the bytes of spans this trim gave back (the
+// report's small.trim_dropped).
+bool trim_own(std::uint64_t out, std::uint64_t* dropped);
 // configure(): the segment header's fields above read right (a span freed
 // under the check's eyes is scheduled where kSegDecommitMaskAt says).
 extern __attribute__((visibility("hidden"))) bool segment_spans_known;

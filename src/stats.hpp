@@ -83,6 +83,15 @@ inline Slot* slot() {
   return attach();
 }
 
+// This thread's slot where it has one, never attaching (null before its
+// first counted call, or with counting compiled out): for counting from
+// inside mimalloc (the owner's trim runs in its page refill), where
+// attach's registry lock and allocation must not run.
+inline Slot* slot_if_attached() {
+  if constexpr (!kEnabled) return nullptr;
+  return t_local.stats;
+}
+
 // The small-block bytes this thread has handed out (0 before its first
 // counted call, or with counting compiled out).
 inline std::uint64_t thread_small_out() {

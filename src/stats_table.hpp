@@ -2,7 +2,7 @@
 // include/lowtide/lowtide_stats.def: what lowtide_get_stats fills, what
 // lowtide_stats_fields() names, and the JSON report's generic objects
 // (totals.calls, totals.small, totals.large, the rows' copies of them, and
-// the top-level "large" object).
+// the top-level "large" and "small" objects).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -17,7 +17,7 @@ namespace lowtide::stats {
 enum class Kind : unsigned char { counter, gauge };
 enum class Unit : unsigned char { count, bytes, byte_seconds };
 // The JSON report object that shows a field (lowtide_stats.def, `object`).
-enum class Object : unsigned char { none, totals_calls, totals_small, totals_large, large };
+enum class Object : unsigned char { none, totals_calls, totals_small, totals_large, large, small };
 
 struct Field {
   const char* name;
@@ -78,7 +78,8 @@ inline constexpr bool kTableOk = [] {
     const Field& f = kFields[i];
     if (f.offset != sizeof(std::size_t) + i * sizeof(std::uint64_t)) return false;
     if (f.kind == Kind::counter && f.counter != next_counter++) return false;
-    if (f.kind == Kind::gauge && f.object != Object::large && f.object != Object::none) return false;
+    if (f.kind == Kind::gauge && f.object != Object::large && f.object != Object::small && f.object != Object::none)
+      return false;
     if (i > 0) {
       const Field& p = kFields[kJsonOrder[i - 1]];
       const Field& q = kFields[kJsonOrder[i]];

@@ -40,6 +40,9 @@ def summary_lines(rows, total):
                   t["large_remaps"], t["large_copies"]))
     out.append("  given back      %s to the OS by the large path; %s was still in its reuse cache at report"
                % (human(t["large_returned_bytes"]), human(t["large_cached_bytes"])))
+    if "small_trims" in t:  # (reports of lowtide before the small object have none)
+        out.append("  small trims     %d by live threads, %s of freed small-block pages given back"
+                   % (t["small_trims"], human(t["small_trim_dropped"])))
     out.append("  peak RSS        max %s (largest single process), sum %s (upper bound: the processes "
                "need not peak together)" % (human(t["peak_rss_max"]), human(t["peak_rss_sum"])))
     out.append("  large peak live max %s, sum %s (same reading)"

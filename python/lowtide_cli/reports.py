@@ -72,6 +72,12 @@ def check_fields(r, path):
         field(r, name, want, path)
     for k in r["large"]:
         field(r["large"], k, INT, path, "large.")
+    # The "small" object came later (reports of lowtide before it have none):
+    # every value a count that adds up across processes.
+    if "small" in r:
+        field(r, "small", OBJECT, path)
+        for k in r["small"]:
+            field(r["small"], k, INT, path, "small.")
 
 
 def check_sites(r, path):
@@ -147,6 +153,8 @@ def process_row(r, path):
             row["%s_%s" % (path_name, k)] = t[path_name][k]
     for k in large_sums(r):
         row["large_" + k] = lg[k]
+    for k in r.get("small", {}):
+        row["small_" + k] = r["small"][k]
     return row
 
 
@@ -161,13 +169,14 @@ PEAK_KEYS = ("peak_rss", "large_peak_live")
 
 
 def sum_keys(rows):
-    """SUM_KEYS with the rows' large.* counters (large_maps, ...: the keys
-    process_row took from large_sums) after the paths' keys, in report order."""
-    large = []
+    """SUM_KEYS with the rows' large.* and small.* counters (large_maps,
+    small_trims, ...: the keys process_row took from large_sums and the
+    small object) after the paths' keys, in report order."""
+    extra = []
     for r in rows:
-        large += [k for k in r if k.startswith("large_") and k not in SUM_KEYS and k not in PEAK_KEYS
-                  and k not in large]
-    return SUM_KEYS[:-3] + large + SUM_KEYS[-3:]
+        extra += [k for k in r if k.startswith(("large_", "small_")) and k not in SUM_KEYS and k not in PEAK_KEYS
+                  and k not in extra]
+    return SUM_KEYS[:-3] + extra + SUM_KEYS[-3:]
 
 
 def merge(rows):

@@ -72,13 +72,14 @@ LARGE_KEYS = ["maps", "unmaps", "in_place", "remaps", "remap_bytes", "copies", "
               "cross_up", "cross_down", "fallback", "reused", "cached_frees", "cached_bytes", "live", "peak_live",
               "released_at_free", "released_decay", "released_demand", "released_limit", "released_room",
               "cached_peak", "cached_byte_seconds", "grown_into_cache", "warm_misses", "populated"]
+SMALL_KEYS = ["trims", "trim_dropped"]
 
 
 def check_schema(r, pid=None):
     """Every field docs/report.md describes, with its type; totals are the
     sums of the rows; the histogram's counts add up to the allocating calls."""
     check(list(r.keys()) == ["schema", "schema_version", "version", "pid", "command", "cutoff", "uptime_s",
-                             "partial", "truncated", "reports_dropped", "unreported_children", "process", "totals", "large", "threads", "histogram", "sites"],
+                             "partial", "truncated", "reports_dropped", "unreported_children", "process", "totals", "large", "small", "threads", "histogram", "sites"],
           f"top-level keys {list(r.keys())}")
     check(r["schema"] == "lowtide-report" and r["schema_version"] == 1, "schema, schema_version")
     check(re.fullmatch(r"\d+\.\d+\.\d+", r["version"]) is not None, f"version {r['version']!r}")
@@ -128,6 +129,9 @@ def check_schema(r, pid=None):
     check(r["process"]["live_large"] == t["large"]["live"], "process.live_large = totals.large.live")
     check(r["process"]["returned_to_os"] == r["large"]["returned_bytes"], "returned_to_os = large.returned_bytes")
     check(r["large"]["peak_live"] >= r["large"]["live"], "peak_live >= live")
+    check(list(r["small"].keys()) == SMALL_KEYS, f"small keys {list(r['small'].keys())}")
+    check(all(isinstance(r["small"][k], int) and r["small"][k] >= 0 for k in SMALL_KEYS), f"small {r['small']}")
+    check(r["small"]["trims"] > 0 or r["small"]["trim_dropped"] == 0, f"bytes dropped without a trim: {r['small']}")
     # histogram: power-of-two classes, ascending, one entry per allocating call
     prev = -1
     for h in r["histogram"]:
@@ -496,8 +500,8 @@ def case_quick_exit(a, tmp):
 
 # --- the text report -------------------------------------------------------
 
-SECTIONS = ["-- process --", "-- totals --", "-- large path --", "-- threads (by bytes handed out) --",
-            "-- request sizes --"]
+SECTIONS = ["-- process --", "-- totals --", "-- large path --", "-- small path --",
+            "-- threads (by bytes handed out) --", "-- request sizes --"]
 
 
 def section(lines, title):
@@ -547,6 +551,7 @@ def check_columns(lines):
               f"header line {ln!r}: a label of at most 11 characters, its value from column 12")
     check_label_column("process", section(lines, "-- process --"))
     check_label_column("large path", section(lines, "-- large path --"))
+    check_label_column("small path", section(lines, "-- small path --"))
     totals = section(lines, "-- totals --")
     check(len(totals) == 5, f"totals: five lines: {totals}")
     for head_i, rows, named in ((0, totals[1:2], 0), (2, totals[3:5], 1)):
@@ -554,7 +559,7 @@ def check_columns(lines):
         for ln in rows:
             got = [e for _, e, _ in cells(ln)[named:]]
             check(got == want, f"totals: {ln!r} right-aligned under {totals[head_i]!r}: {got} vs {want}")
-    threads = section(lines, SECTIONS[3])
+    threads = section(lines, SECTIONS[4])
     want = cells(threads[0])
     for ln in threads[1:]:
         got = cells(ln)
@@ -562,7 +567,7 @@ def check_columns(lines):
         check([e for _, e, _ in got[-4:]] == [e for _, e, _ in want[-4:]],
               f"threads: the numbers of {ln!r} right-aligned under {threads[0]!r}")
     ends = set()
-    for ln in section(lines, SECTIONS[4]):
+    for ln in section(lines, SECTIONS[5]):
         m = re.fullmatch(r"( *\S+ \S+) \.\. <(\S+ \S+) *?( +\d+)  #+", ln)
         check(m is not None and m.end(1) == 10 and m.start(2) == 15 and m.end(2) <= 25, f"request sizes: {ln!r}")
         if m is not None:
@@ -591,20 +596,22 @@ def parse_text(text):
     v["calls"] = dict(zip([r["key"] for r in calls], map(int, lines[i + 2].split())))
     heads = [r["label"] for r in in_object(rows, "totals_small")] + ["live"]
     check(re.split(r"\s{2,}", lines[i + 3].strip()) == ["path"] + heads, f"path header {lines[i + 3]!r}")
-    # The large-path section: one row per labelled field of the `large`
-    # object, in its order; "large" maps JSON keys to the text's values.
-    a = lines.index(SECTIONS[2]) + 1
-    v["large"] = {}
-    for r in (r for r in in_object(rows, "large") if r["label"]):
-        m = re.fullmatch(re.escape(r["label"]) + r"\s+(\d+|\d+(?:\.\d)? [KMGT]?i?B)(\*s)?", lines[a])
-        check(m is not None, f"large-path row for {r['name']} ({r['label']!r}): {lines[a]!r}")
-        v["large"][r["key"]] = (r["unit"], m.group(1))
-        if r["unit"] == "COUNT":
-            v[r["label"]] = int(m.group(1))
-        a += 1
-    check(lines[a] == "", f"nothing after the large path's labelled rows: {lines[a]!r}")
-    t = lines.index(SECTIONS[3])
-    h = lines.index(SECTIONS[4])
+    # The large- and small-path sections: one row per labelled field of the
+    # `large` or `small` object, in its order; v["large"] and v["small"] map
+    # JSON keys to the text's values.
+    for obj, title in (("large", SECTIONS[2]), ("small", SECTIONS[3])):
+        a = lines.index(title) + 1
+        v[obj] = {}
+        for r in (r for r in in_object(rows, obj) if r["label"]):
+            m = re.fullmatch(re.escape(r["label"]) + r"\s+(\d+|\d+(?:\.\d)? [KMGT]?i?B)(\*s)?", lines[a])
+            check(m is not None, f"{obj}-path row for {r['name']} ({r['label']!r}): {lines[a]!r}")
+            v[obj][r["key"]] = (r["unit"], m.group(1))
+            if r["unit"] == "COUNT":
+                v[r["label"]] = int(m.group(1))
+            a += 1
+        check(lines[a] == "", f"nothing after the {obj} path's labelled rows: {lines[a]!r}")
+    t = lines.index(SECTIONS[4])
+    h = lines.index(SECTIONS[5])
     v["thread_rows"] = h - t - 3  # header line, rows, blank line
     v["hist_rows"] = len([ln for ln in lines[h + 1:] if ln.strip()])
     check_columns(lines)
@@ -636,14 +643,15 @@ def case_python_both(a, tmp):
     v = parse_text(text)
     check(v["pid"] == r["pid"], "same pid")
     check(v["calls"] == r["totals"]["calls"], f"calls: text {v['calls']} == json {r['totals']['calls']}")
-    check(set(v["large"]) == {k for k in r["large"] if any(x["key"] == k and x["label"]
-                                                           for x in in_object(stats_table(), "large"))},
-          "a text row for every labelled key of the JSON large object")
-    for key, (unit, text_value) in v["large"].items():
-        if unit == "COUNT":
-            check(int(text_value) == r["large"][key], f"large.{key}: text {text_value} == json {r['large'][key]}")
-        else:
-            check(bytes_close(text_value, r["large"][key]), f"large.{key}: text {text_value} shows json {r['large'][key]}")
+    for obj in ("large", "small"):
+        check(set(v[obj]) == {k for k in r[obj] if any(x["key"] == k and x["label"]
+                                                       for x in in_object(stats_table(), obj))},
+              f"a text row for every labelled key of the JSON {obj} object")
+        for key, (unit, text_value) in v[obj].items():
+            if unit == "COUNT":
+                check(int(text_value) == r[obj][key], f"{obj}.{key}: text {text_value} == json {r[obj][key]}")
+            else:
+                check(bytes_close(text_value, r[obj][key]), f"{obj}.{key}: text {text_value} shows json {r[obj][key]}")
     check(v["thread_rows"] == len(r["threads"]), f"thread rows: text {v['thread_rows']} json {len(r['threads'])}")
     check(v["hist_rows"] == len(r["histogram"]), "histogram rows")
     n = did["large_buffers"]

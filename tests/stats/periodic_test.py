@@ -316,7 +316,7 @@ def json_value(r, row):
     _, _, _, obj, key = row
     return {"totals_calls": lambda: r["totals"]["calls"][key], "totals_small": lambda: r["totals"]["small"][key],
             "totals_large": lambda: r["totals"]["large"][key], "large": lambda: r["large"][key],
-            "none": lambda: None}[obj]()
+            "small": lambda: r["small"][key], "none": lambda: None}[obj]()
 
 
 def case_prom(a, tmp):

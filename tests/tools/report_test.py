@@ -69,6 +69,8 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
                      ("large_maps", lambda r: r["large"]["maps"]),
                      ("large_returned_bytes", lambda r: r["large"]["returned_bytes"]),
                      ("large_cached_bytes", lambda r: r["large"]["cached_bytes"]),
+                     ("small_trims", lambda r: r["small"]["trims"]),
+                     ("small_trim_dropped", lambda r: r["small"]["trim_dropped"]),
                      ("rss", lambda r: r["process"]["rss"]),
                      ("threads", lambda r: len(r["threads"])),
                      ("peak_rss_sum", lambda r: r["process"]["peak_rss"]),
@@ -174,7 +176,8 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
                  ("line", lambda r: r["sites"]["top"][0].update(python=[{"file": "f.py", "line": "1",
                                                                          "function": "f"}]),
                   "field %spython[0].line is '1'" % site0),
-                 ("bytes", lambda r: r["sites"]["top"][0].update(bytes="x"), "field %sbytes is 'x'" % site0)]
+                 ("bytes", lambda r: r["sites"]["top"][0].update(bytes="x"), "field %sbytes is 'x'" % site0),
+                 ("trims", lambda r: r["small"].update(trims="3"), "field small.trims is '3', not a whole number")]
     for name, spoil, said in bad_cases:
         r = json.loads(json.dumps(good))
         r["pid"] = good["pid"] + 1  # not a pid the summary warns is in two files
@@ -189,6 +192,17 @@ with tempfile.TemporaryDirectory(prefix="lowtide-report-") as tmp:
             check(rc == 1 and "Traceback" not in err and ("bad-%s.json: %s" % (name, said)) in err
                   and len(err.strip().splitlines()) == 1 and merged_processes(args, out) == rows_kept,
                   "%s, %s: named in one line, the rest merged: rc %d %r" % (name, args[1:2], rc, err[-400:]))
+    # A report of lowtide before the "small" object (none in it): merged,
+    # its trims counted as none.
+    old = json.loads(json.dumps(good))
+    old["pid"] = good["pid"] + 2
+    del old["small"]
+    older = os.path.join(tmp, "older.json")
+    with open(older, "w") as f:
+        json.dump(old, f)
+    rc, out, err = run([launcher, "report", "--json", files[0], older], clean_env())
+    check(rc == 0 and err == "" and json.loads(out)["total"]["small_trims"] == good["small"]["trims"],
+          "a report without the small object merged: rc %d %r" % (rc, err[-300:]))
     # An integer of more than Python's 4300 digits: not valid JSON (before:
     # a ValueError traceback).
     digits = os.path.join(tmp, "digits.json")
