@@ -16,6 +16,9 @@ enum HeaderFlags : std::uint8_t {
   // moved pages would be a mapping of its own. A hint only: a wrong bit
   // costs a refused mremap and a mapping, never correctness.
   kMovedWhole = 2,
+  // Grown by a realloc before (LargePath::populate_tail: a block's first
+  // growth onto fresh pages populates nothing).
+  kGrown = 4,
 };
 
 struct BlockHeader {

@@ -435,6 +435,7 @@ struct LargePath::Change {
   std::size_t old_usable, new_usable;
   stats::Slot* st;
   sites::Sample grow;   // the growth's call-site sample (sites::on_grow)
+  bool grown_before;    // grown by an earlier realloc, or from the small path (kGrown, kFromSmall)
 };
 
 // Every successful resize hands out new_usable in place of old_usable.
@@ -464,21 +465,25 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
   // Before any lock is taken: a capture unwinds and looks up modules.
   const sites::Sample grow = sites::on_grow(header_of(p), p, e.usable_from(a_, p), size);
   Change c{p,     header_of(p), e, off, size, bytes, Extent::granules_of(bytes), e.usable_from(a_, p),
-           bytes - off, stats::slot(), grow};
+           bytes - off, stats::slot(), grow, (header_of(p)->flags & (kGrown | kFromSmall)) != 0};
   if (c.need <= e.n) return shrink_in_place(c, out);
   // Growing by more than the kernel would grant: refused before the cache
   // is emptied for it (mremap checks only the growth too).
   if (ops_.overcommit_refuses(Extent::bytes_of(c.need - e.n))) return Result::no_memory;
   if (grow_into_cache(c)) {
+    c.h->flags |= kGrown;
     *out = p;
     return Result::ok;
   }
   if (grow_in_place(c)) {
+    c.h->flags |= kGrown;
     *out = p;
     populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(p) + size);
     return Result::ok;
   }
-  return move_block(c, out);
+  const Result r = move_block(c, out);
+  if (r == Result::ok) header_of(*out)->flags |= kGrown;
+  return r;
 }
 
 // A block that grows by realloc is being written from its old end on: a
@@ -494,13 +499,15 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
 // f^2/2 of the last step's room, so half the room keeps three quarters of
 // that cost away while taking half the faults off the writes. Not for
 // malloc or calloc, whose blocks may be written sparsely (a sparse table),
-// nor for growth into warm cached pages, nor where the memory limit's room
-// is short: what the program does not write must not count against it.
+// nor for a malloc'd block's first growth (a one-off resize: a block grown
+// before, or from the small path, is a buffer being built), nor for growth
+// into warm cached pages, nor where the memory limit's room is short: what
+// the program does not write must not count against it.
 // Bounded by kPopulateMax per call, so a huge growth step neither holds the
 // caller nor makes much it may not use.
 void LargePath::populate_tail(const Change& c, char* from, const char* end) {
   const unsigned pct = large::space.populate_pct;
-  if (pct == 0 || ops_.populate == nullptr || end <= from) return;
+  if (pct == 0 || !c.grown_before || ops_.populate == nullptr || end <= from) return;
   // (end - from is below the range, 64 TiB at most: no overflow.)
   std::size_t len = static_cast<std::size_t>(end - from) * pct / 100;
   len = std::min(len, kPopulateMax) & ~(pal::kPageSize - 1);

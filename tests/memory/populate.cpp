@@ -1,7 +1,8 @@
 // A block grown by realloc onto fresh pages has the first LOWTIDE_POPULATE
 // percent (50 by default) of its new room faulted in by the realloc itself
-// (LargePath::populate_tail), and the rest faults as the program writes it.
-// A buffer of 1 MiB, written, grown to 9 MiB:
+// (LargePath::populate_tail), and the rest faults as the program writes it;
+// not at a malloc'd block's first growth. A buffer of 512 KiB, written,
+// grown to 1 MiB (nothing populated in any mode), written, grown to 9 MiB:
 //   `on` (the default): right after the realloc, 40-60 % of the new room is
 //     resident, large.populated says as much, and the rest of the room
 //     (past 60 %) is not; the old bytes are kept, and the whole block then
@@ -33,9 +34,15 @@ std::size_t resident_pages(std::uintptr_t lo, std::uintptr_t hi) {
 int main(int argc, char** argv) {
   CHECK(argc == 2, "usage: populate on|off|limit");
   const std::string mode = argv[1];
-  auto* p = static_cast<unsigned char*>(std::malloc(opaque(kOld)));
+  auto* p0 = static_cast<unsigned char*>(std::malloc(opaque(kOld / 2)));
+  CHECK(p0 != nullptr);
+  std::memset(p0, 0x5a, kOld / 2);
+  const std::uint64_t at_malloc = lt::read_stats().large_populated;
+  auto* p = static_cast<unsigned char*>(std::realloc(p0, opaque(kOld)));
   CHECK(p != nullptr);
-  std::memset(p, 0x5a, kOld);
+  CHECK(lt::read_stats().large_populated == at_malloc, "%s: a malloc'd block's first growth populated %llu bytes",
+        mode.c_str(), static_cast<unsigned long long>(lt::read_stats().large_populated - at_malloc));
+  std::memset(p + kOld / 2, 0x5a, kOld / 2);
   const std::uint64_t before = lt::read_stats().large_populated;
   auto* q = static_cast<unsigned char*>(std::realloc(p, opaque(kNew)));
   CHECK(q != nullptr);

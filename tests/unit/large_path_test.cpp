@@ -1607,12 +1607,16 @@ struct PopulatePct {
 
 TEST_CASE("large path: growth onto fresh pages faults in the first half of the new room, and only there") {
   NoHugePages nh;
-  SECTION("in place: half of the room up to the new end, from the old extent's end") {
+  SECTION("in place: not at a block's first growth; then half of the room up to the new end, from the old end") {
     PopulatePct pp(50);
     Rig r(0, kPopulateOps);
     void* p = r.alloc(256 << 10);
     fill(p, 256 << 10, 3);
-    char* old_end = reinterpret_cast<char*>(lowtide::header_of(p)) + 5 * G;
+    void* q0 = nullptr;
+    REQUIRE(r.path.resize(p, 512 << 10, &q0) == Result::ok);
+    REQUIRE(q0 == p);
+    CHECK(populated.empty());  // a malloc'd block's first growth
+    char* old_end = reinterpret_cast<char*>(lowtide::header_of(p)) + 9 * G;
     void* q = nullptr;
     REQUIRE(r.path.resize(p, std::size_t{4} << 20, &q) == Result::ok);
     REQUIRE(q == p);
@@ -1628,10 +1632,11 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     CHECK(same(q, 256 << 10, 3));
     r.path.release(q, "test");
   }
-  SECTION("moved onto fresh pages: from the new extent's copy of the old end") {
+  SECTION("moved onto fresh pages: from the new extent's copy of the old end (a block from the small path)") {
     PopulatePct pp(50);
     Rig r(0, kPopulateOps);
-    void* p = r.alloc(256 << 10);
+    void* p = nullptr;
+    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
     void* blocker = r.alloc(256 << 10);
     fill(p, 256 << 10, 4);
     void* q = nullptr;
@@ -1651,7 +1656,8 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     PopulatePct pp(50);
     Rig r(std::size_t{32} << 20, kPopulateOps);
     void* big = r.alloc(std::size_t{4} << 20);
-    void* p = r.alloc(256 << 10);
+    void* p = nullptr;  // (from the small path: its growth would populate onto fresh pages)
+    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
     void* blocker = r.alloc(256 << 10);
     CHECK(populated.empty());  // malloc
     r.path.release(big, "test");
@@ -1669,7 +1675,8 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
   SECTION("at most 32 MiB a call") {
     PopulatePct pp(100);
     Rig r(0, kPopulateOps);
-    void* p = r.alloc(256 << 10);
+    void* p = nullptr;
+    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
     void* q = nullptr;
     REQUIRE(r.path.resize(p, std::size_t{48} << 20, &q) == Result::ok);
     REQUIRE(populated.size() == 1);
