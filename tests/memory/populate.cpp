@@ -1,8 +1,9 @@
 // A block grown by realloc onto fresh pages has the first LOWTIDE_POPULATE
 // percent (50 by default) of its new room faulted in by the realloc itself
 // (LargePath::populate_tail), and the rest faults as the program writes it;
-// not at a malloc'd block's first growth. A buffer of 512 KiB, written,
-// grown to 1 MiB (nothing populated in any mode), written, grown to 9 MiB:
+// not at a malloc'd block's first growth, and at most an eighth of the old
+// size. A buffer of 4 MiB, written, grown to 8 MiB (nothing populated in
+// any mode), written, grown by an eighth to 9 MiB:
 //   `on` (the default): right after the realloc, 40-60 % of the new room is
 //     resident, large.populated says as much, and the rest of the room
 //     (past 60 %) is not; the old bytes are kept, and the whole block then
@@ -21,7 +22,7 @@ using lt::opaque;
 namespace {
 
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kOld = 1 * MiB;
+constexpr std::size_t kOld = 8 * MiB;
 constexpr std::size_t kNew = 9 * MiB;
 
 // Resident pages of [lo, hi), both page-aligned.
