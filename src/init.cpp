@@ -324,38 +324,14 @@ void report_at_quick_exit() { report::at_exit(true); }
 // (t_local.in_report), the sampler's countdown kept. The constructor runs
 // before main on the thread that loaded lowtide, never inside a malloc or
 // a report, so no other span holds this thread's slot (begin_own does not
-// nest).
-class OwnStart {
- public:
-  OwnStart() : on_(t_local.in_report == 0) {
-    if (!on_) return;
-    stats::begin_own(&own_);
-    site_left_ = t_local.site_left;
-    t_local.in_report = 1;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
-  ~OwnStart() {
-    if (!on_) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_local.in_report = 0;
-    t_local.site_left = site_left_;
-    stats::end_own(&own_);
-  }
-  OwnStart(const OwnStart&) = delete;
-  OwnStart& operator=(const OwnStart&) = delete;
-
- private:
-  bool on_;
-  std::int64_t site_left_ = 0;
-  stats::OwnScratch own_{};
-};
+// nest): stats::OwnSpan, below.
 
 // Runs once the loader has bound every symbol: only now can we tell whether
 // our malloc is the one the process uses.
 __attribute__((constructor)) void lowtide_constructor() {
   if (mode() != kReady) return;
   // Till the constructor returns (every return below).
-  OwnStart own;
+  stats::OwnSpan own(true);
   report::on_start();
   if (forward::detect()) {
     log::warn("another allocator's malloc comes first in this process (lowtide was dlopen'ed "

@@ -465,31 +465,8 @@ void format_prom(Out& o, const Data& d) {
 // (blocks the helpers freed may sit there, real memory held) and
 // mimalloc's commit. Only where the report may allocate (demangle: not
 // from _exit or a signal handler); never nested (a signal handler's report
-// inside one leaves it be: its counts go to the same scratch slot).
-class OwnCounts {
- public:
-  explicit OwnCounts(bool may_allocate) : on_(may_allocate && t_local.in_report == 0) {
-    if (!on_) return;
-    stats::begin_own(&own_);
-    site_left_ = t_local.site_left;
-    t_local.in_report = 1;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
-  ~OwnCounts() {
-    if (!on_) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_local.in_report = 0;
-    t_local.site_left = site_left_;
-    stats::end_own(&own_);
-  }
-  OwnCounts(const OwnCounts&) = delete;
-  OwnCounts& operator=(const OwnCounts&) = delete;
-
- private:
-  bool on_;
-  std::int64_t site_left_ = 0;
-  stats::OwnScratch own_{};  // (zeroed: also where the report counts as usual, !on_)
-};
+// inside one leaves it be: its counts go to the same scratch slot). Each
+// report below opens one stats::OwnSpan for that.
 
 bool has_pid_pattern(const char* pattern) {
   for (const char* s = pattern; *s; ++s) {
@@ -524,7 +501,7 @@ int write_impl(const char* path, int format, const Context& ctx) {
     } else {
       new (d) Data{};
       gather(d, scratch, ctx);
-      OwnCounts own(ctx.demangle);
+      stats::OwnSpan own(ctx.demangle);
       // libdw's names for this report's frames (it mallocs: not from _exit);
       // from _exit or a signal handler (at_exit without demangling) not
       // even dladdr's (the loader's lock may be held by a dlopen for good).
@@ -577,7 +554,7 @@ int json_now(Sink sink, void* arg) {
   }
   new (d) Data{};
   gather(d, scratch, ctx);
-  OwnCounts own(ctx.demangle);  // the demangler's allocations
+  stats::OwnSpan own(ctx.demangle);  // the demangler's allocations
   std::size_t room = 0;
   char* buf = scratch.rest(&room);
   Out json(buf, room);

@@ -501,7 +501,7 @@ void start() {
   // constructor, never inside a malloc (a dlopen there can deadlock on the
   // loader's lock), so the thread's slot and cache are in no other span
   // (begin_own does not nest; a report's span would already hold them, and
-  // so does the constructor's own, init.cpp's OwnStart, no. 125: then this
+  // so does the constructor's own, init.cpp's stats::OwnSpan, no. 125: then this
   // one is skipped and its calls go to that span).
   const bool aside = t_local.in_report == 0;
   stats::OwnScratch own{};

@@ -61,7 +61,7 @@ struct ThreadLocal {
   // destructor; cleared by that destructor)? libc.hpp's free opens it once
   // the thread has made kCacheWarm frees.
   std::uint8_t cache_armed;
-  // This thread is formatting a report (report.cpp, OwnCounts): what the
+  // This thread is formatting a report (stats::OwnSpan: a report, lowtide's constructor): what the
   // report's own helpers allocate (libdw naming frames, the demangler) is
   // not the program's. It raises no large peak (stats::large_live_add) and
   // is captured at no site (sites.cpp); the thread's counters are taken

@@ -223,7 +223,7 @@ void large_live_peak(std::uint64_t* live, std::uint64_t* peak);
 
 // A report's own helpers (libdw naming frames, the demangler) allocate on
 // the reporting thread, and their calls and bytes are not the program's
-// (report.cpp, OwnCounts; docs/reliability.md no. 104). begin_own points
+// (stats::OwnSpan below; docs/reliability.md no. 104). begin_own points
 // the thread's counting at a scratch slot no reader sees; end_own points it
 // back and adds to the thread's slot only what the process must still
 // see: the blocks the helpers keep (live), and the bytes given back to the
@@ -236,6 +236,39 @@ struct OwnScratch {
 };
 void begin_own(OwnScratch* o);
 void end_own(OwnScratch* o);
+
+// One span of lowtide's own allocations on this thread, for a scope: a
+// report's helpers (report.cpp) or lowtide's constructor (init.cpp,
+// docs/reliability.md no. 125). From here to the scope's end: counting in
+// the scratch slot (begin_own), no large peak raised and no site captured
+// (t_local.in_report), the sampler's countdown kept. `on` false (a report
+// that may not allocate), or a span already open on this thread (a signal
+// handler's report inside one; sites::start inside the constructor's):
+// nothing changes, the calls count where they would have.
+class OwnSpan {
+ public:
+  explicit OwnSpan(bool on) : on_(on && t_local.in_report == 0) {
+    if (!on_) return;
+    begin_own(&own_);
+    site_left_ = t_local.site_left;
+    t_local.in_report = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~OwnSpan() {
+    if (!on_) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_local.in_report = 0;
+    t_local.site_left = site_left_;
+    end_own(&own_);
+  }
+  OwnSpan(const OwnSpan&) = delete;
+  OwnSpan& operator=(const OwnSpan&) = delete;
+
+ private:
+  bool on_;
+  std::int64_t site_left_ = 0;
+  OwnScratch own_{};  // (zeroed: also where the calls count as usual, !on_)
+};
 
 // --- reading ---------------------------------------------------------------
 
