@@ -660,14 +660,15 @@ namespace {
 std::atomic<bool> populate_refused{false};
 }
 
-void populate(void* p, std::size_t len) {
-  if (populate_refused.load(std::memory_order_relaxed)) return;
+bool populate(void* p, std::size_t len) {
+  if (populate_refused.load(std::memory_order_relaxed)) return false;
   const int saved = errno;
   // EINVAL: a kernel before 5.14 (the advice is unknown); every later call
   // would be refused the same way.
-  if (::madvise(p, len, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
-    populate_refused.store(true, std::memory_order_relaxed);
+  const bool done = ::madvise(p, len, MADV_POPULATE_WRITE) == 0;
+  if (!done && errno == EINVAL) populate_refused.store(true, std::memory_order_relaxed);
   errno = saved;
+  return done;
 }
 
 namespace {

@@ -212,7 +212,9 @@ void advise_hugepage(void* p, std::size_t len);
 // 5.14): one call instead of a trap per page. Best effort: a kernel without
 // it (EINVAL) turns it off for the process; out of memory or a fatal signal
 // pending leaves the rest to fault when written, as it would have.
-void populate(void* p, std::size_t len);
+// True only where the whole range was faulted in (the call returned 0):
+// large.populated counts no more than that (reliability.md no. 126).
+bool populate(void* p, std::size_t len);
 void unmap(void* p, std::size_t len);
 // Bytes of [p, p+len) that are resident (the range rounded out to pages):
 // PAGEMAP_SCAN's runs of present pages (Linux 6.7+, /proc/thread-self/
@@ -581,7 +583,7 @@ struct PageOps {
   bool (*data_limit_near)(std::size_t want) = nullptr;
   // A grown block's new pages faulted in ahead of the writes (populate);
   // null: never (tests).
-  void (*populate)(void* p, std::size_t len) = nullptr;
+  bool (*populate)(void* p, std::size_t len) = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,

@@ -23,6 +23,7 @@
 #include "under_valgrind.hpp"
 #include "platform.hpp"
 #include "state.hpp"
+#include "stats.hpp"
 
 using lowtide::Arena;
 using lowtide::Origin;
@@ -1576,9 +1577,9 @@ struct Populated {
   std::size_t len;
 };
 std::vector<Populated> populated;
-void fake_populate(void* p, std::size_t len) {
+bool fake_populate(void* p, std::size_t len) {
   populated.push_back({static_cast<char*>(p), len});
-  pal::populate(p, len);
+  return pal::populate(p, len);
 }
 constexpr pal::PageOps kPopulateOps{.commit = &fake_commit,
                                     .decommit = &pal::decommit,
@@ -1587,6 +1588,21 @@ constexpr pal::PageOps kPopulateOps{.commit = &fake_commit,
                                     .overcommit_refuses = &fake_overcommit,
                                     .resident = &pal::resident_bytes,
                                     .populate = &fake_populate};
+// The kernel refusing every call (before 5.14, or a seccomp filter), as
+// madvise would: nothing faulted in.
+bool refused_populate(void* p, std::size_t len) {
+  populated.push_back({static_cast<char*>(p), len});
+  return false;
+}
+constexpr pal::PageOps kRefusedPopulateOps{.commit = &fake_commit,
+                                           .decommit = &pal::decommit,
+                                           .move_pages = &fake_move,
+                                           .advise_hugepage = &pal::advise_hugepage,
+                                           .overcommit_refuses = &fake_overcommit,
+                                           .resident = &pal::resident_bytes,
+                                           .populate = &refused_populate};
+// This thread's large.populated so far.
+std::uint64_t populated_counted() { return lowtide::stats::slot()->c[lowtide::stats::large_populated]; }
 
 // Pages of [p, p+len) resident now (mincore).
 std::size_t resident_pages(const void* p, std::size_t len) {
@@ -1681,6 +1697,37 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     REQUIRE(r.path.resize(q, std::size_t{8} << 20, &s) == Result::ok);
     CHECK(populated.empty());
     r.path.release(s, "test");
+  }
+  SECTION("large.populated counts what was faulted in, not what a refused call asked for") {
+    // Until no. 126 every call was counted: on a kernel before 5.14 (or
+    // under a seccomp filter refusing the advice) the report showed the
+    // bytes of each growth as populated, none of them being.
+    PopulatePct pp(50);
+    {
+      Rig r(0, kRefusedPopulateOps);
+      void* p = nullptr;
+      REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+      fill(p, 256 << 10, 5);
+      const std::uint64_t before = populated_counted();
+      void* q = nullptr;
+      REQUIRE(r.path.resize(p, (320 << 10) + (20 << 10), &q) == Result::ok);
+      REQUIRE(populated.size() == 1);  // asked for, and refused
+      CHECK(populated_counted() == before);
+      CHECK(same(q, 256 << 10, 5));
+      r.path.release(q, "test");
+    }
+    populated.clear();
+    {
+      Rig r(0, kPopulateOps);
+      void* p = nullptr;
+      REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+      const std::uint64_t before = populated_counted();
+      void* q = nullptr;
+      REQUIRE(r.path.resize(p, (320 << 10) + (20 << 10), &q) == Result::ok);
+      REQUIRE(populated.size() == 1);  // done: counted
+      CHECK(populated_counted() == before + populated[0].len);
+      r.path.release(q, "test");
+    }
   }
   SECTION("LOWTIDE_POPULATE=100: the whole room, up to an eighth of the old size") {
     // (The 32 MiB cap binds from blocks of 256 MiB on, past this arena.)
