@@ -1729,6 +1729,28 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
       r.path.release(q, "test");
     }
   }
+  SECTION("a move refused part-way (copied instead): from the new extent's copy of the old end, bytes kept") {
+    PopulatePct pp(100);
+    Rig r(0, kPopulateOps);
+    void* p = nullptr;
+    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    void* blocker = r.alloc(256 << 10);
+    fill(p, 256 << 10, 6);
+    faults.move_only = GENERATE(std::size_t{0}, std::size_t{64} << 10);
+    faults.refuse_move = faults.move_only == 0;
+    const std::size_t size = (320 << 10) + (40 << 10);
+    void* q = nullptr;
+    REQUIRE(r.path.resize(p, size, &q) == Result::ok);
+    REQUIRE(q != p);
+    REQUIRE(populated.size() == 1);
+    char* new_base = reinterpret_cast<char*>(lowtide::header_of(q));
+    CHECK(populated[0].p == new_base + 5 * G);
+    CHECK(populated[0].p + populated[0].len <= static_cast<char*>(q) + size);
+    CHECK(same(q, 256 << 10, 6));
+    faults = Faults{};
+    r.path.release(q, "test");
+    r.path.release(blocker, "test");
+  }
   SECTION("LOWTIDE_POPULATE=100: the whole room, up to an eighth of the old size") {
     // (The 32 MiB cap binds from blocks of 256 MiB on, past this arena.)
     PopulatePct pp(100);
