@@ -482,7 +482,22 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
     populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(p) + size);
     return Result::ok;
   }
-  const Result r = move_block(c, out);
+  Result r = move_block(c, out);
+  // Refused by the kernel (RLIMIT_DATA, an mlock limit, the map count):
+  // what is held and unused given up (the reuse cache's blocks count as
+  // data) and the growth tried once more, as allocate does (no. 102). A
+  // buffer grown by an eighth at a time under a data limit glibc stays
+  // within got NULL while the cache held the rounds before it
+  // (reliability.md no. 127). A refused move left the block as it was.
+  if (r == Result::no_mapping && give_up_held(Extent::bytes_of(c.need - c.old.n))) {
+    if (grow_in_place(c)) {
+      c.h->flags |= kGrown;
+      *out = p;
+      populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(p) + size);
+      return Result::ok;
+    }
+    r = move_block(c, out);
+  }
   if (r == Result::ok) header_of(*out)->flags |= kGrown;
   return r;
 }

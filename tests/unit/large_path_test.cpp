@@ -589,6 +589,34 @@ TEST_CASE("large path: a resize whose commits are refused leaves the block as it
   CHECK(pal::resident_bytes(reinterpret_cast<void*>(r.a.base()), r.a.size()) == 0);
 }
 
+// A growth the kernel refuses (RLIMIT_DATA counts the reuse cache's blocks
+// as data) gives up what the cache holds and is tried once more, as an
+// allocation is (reliability.md no. 127): before, realloc failed while
+// the cache held what would have made room.
+TEST_CASE("large path: a refused growth gives up the cache and is tried again") {
+  NoHugePages nh;
+  Rig r(std::size_t{32} << 20);
+  void* spare = r.alloc(512 << 10);
+  void* p = r.alloc(256 << 10);
+  void* blocker = r.alloc(256 << 10);
+  const std::size_t old_usable = r.path.usable(p, "test");
+  fill(p, old_usable, 5);
+  r.path.release(spare, "test");  // cached: too small for the growth
+  REQUIRE(r.cache.cached_bytes() >= (512u << 10));
+  faults.commits_ok = 0;
+  faults.commits_failing = 1;  // the move's tail, once
+  faults.fail_as = pal::Commit::refused;
+  void* q = nullptr;
+  REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+  CHECK(q != p);
+  CHECK(r.cache.cached_bytes() == 0);  // given up for the second try
+  CHECK(faults.commits >= 2);
+  CHECK(same(q, old_usable, 5));
+  CHECK(r.path.usable(q, "test") >= (1u << 20));
+  r.path.release(q, "test");
+  r.path.release(blocker, "test");
+}
+
 // A kernel before 6.12 in overcommit mode 2 unmaps a MAP_FIXED mmap's
 // range before it checks the charge (docs/reliability.md no. 43): a
 // refused commit must not leave a hole in the range, released as free,
@@ -686,7 +714,9 @@ TEST_CASE("large path: a cached block whose move and then copy were refused is d
   fill(p, old_usable, 11);
   faults.move_only = 64 << 10;
   faults.commits_ok = 0;  // the copy's (a cached block needs no tail commit)
-  faults.commits_failing = 1;
+  // and the tail's of the second try, once the cached rest is given up
+  // (no. 127), which moves nothing
+  faults.commits_failing = 2;
   void* q = nullptr;
   CHECK(r.path.resize(p, 1 << 20, &q) == Result::no_mapping);
   CHECK(faults.moves == 1);
