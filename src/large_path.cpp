@@ -471,35 +471,27 @@ Result LargePath::resize(void* p, std::size_t size, void** out) {
   // Growing by more than the kernel would grant: refused before the cache
   // is emptied for it (mremap checks only the growth too).
   if (ops_.overcommit_refuses(Extent::bytes_of(c.need - e.n))) return Result::no_memory;
-  if (grow_into_cache(c)) {
-    c.h->flags |= kGrown;
-    *out = p;
-    return Result::ok;
-  }
-  if (grow_in_place(c)) {
-    c.h->flags |= kGrown;
-    *out = p;
-    populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(p) + size);
-    return Result::ok;
-  }
-  Result r = move_block(c, out);
+  Result r = Result::ok;
+  if (grow_into_cache(c)) *out = p;
+  else r = grow_onto_fresh(c, out);
   // Refused by the kernel (RLIMIT_DATA, an mlock limit, the map count):
   // what is held and unused given up (the reuse cache's blocks count as
   // data) and the growth tried once more, as allocate does (no. 102). A
   // buffer grown by an eighth at a time under a data limit glibc stays
   // within got NULL while the cache held the rounds before it
   // (reliability.md no. 127). A refused move left the block as it was.
-  if (r == Result::no_mapping && give_up_held(Extent::bytes_of(c.need - c.old.n))) {
-    if (grow_in_place(c)) {
-      c.h->flags |= kGrown;
-      *out = p;
-      populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(p) + size);
-      return Result::ok;
-    }
-    r = move_block(c, out);
-  }
+  if (r == Result::no_mapping && give_up_held(Extent::bytes_of(c.need - c.old.n))) r = grow_onto_fresh(c, out);
   if (r == Result::ok) header_of(*out)->flags |= kGrown;
   return r;
+}
+
+// Growth in place, else a move (grow_into_cache found no cached block
+// behind the block).
+Result LargePath::grow_onto_fresh(Change& c, void** out) {
+  if (!grow_in_place(c)) return move_block(c, out);
+  *out = c.p;
+  populate_tail(c, c.old.base(a_) + c.old.bytes(), static_cast<char*>(c.p) + c.size);
+  return Result::ok;
 }
 
 // A block that grows by realloc is being written from its old end on: a

@@ -91,6 +91,7 @@ class LargePath {
   Result shrink_in_place(Change& c, void** out);
   bool grow_into_cache(Change& c);
   bool grow_in_place(Change& c);
+  Result grow_onto_fresh(Change& c, void** out);
   void populate_tail(const Change& c, char* from, const char* end);
   bool may_make_holes() const;
   bool open_hole();

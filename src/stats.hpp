@@ -95,8 +95,7 @@ inline Slot* slot_if_attached() {
 // The small-block bytes this thread has handed out (0 before its first
 // counted call, or with counting compiled out).
 inline std::uint64_t thread_small_out() {
-  if constexpr (!kEnabled) return 0;
-  const Slot* s = t_local.stats;
+  const Slot* s = slot_if_attached();
   return s != nullptr ? __atomic_load_n(&s->c[small_out], __ATOMIC_RELAXED) : 0;
 }
 

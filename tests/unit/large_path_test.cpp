@@ -148,6 +148,13 @@ struct Rig {
     REQUIRE(path.allocate(size, align, o, 0, &p) == Result::ok);
     return p;
   }
+  // A block moved over from the small path by a realloc (a growing buffer:
+  // its growth populates).
+  void* from_small(std::size_t size) {
+    void* p = nullptr;
+    REQUIRE(path.allocate(size, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    return p;
+  }
 };
 
 void fill(void* p, std::size_t n, unsigned seed) {
@@ -1692,8 +1699,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
   SECTION("moved onto fresh pages: from the new extent's copy of the old end (a block from the small path)") {
     PopulatePct pp(50);
     Rig r(0, kPopulateOps);
-    void* p = nullptr;
-    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    void* p = r.from_small(256 << 10);
     void* blocker = r.alloc(256 << 10);
     fill(p, 256 << 10, 4);
     void* q = nullptr;
@@ -1712,8 +1718,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     PopulatePct pp(50);
     Rig r(std::size_t{32} << 20, kPopulateOps);
     void* big = r.alloc(std::size_t{4} << 20);
-    void* p = nullptr;  // (from the small path: its growth would populate onto fresh pages)
-    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    void* p = r.from_small(256 << 10);  // (from the small path: its growth would populate onto fresh pages)
     void* blocker = r.alloc(256 << 10);
     CHECK(populated.empty());  // malloc
     r.path.release(big, "test");
@@ -1735,8 +1740,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     PopulatePct pp(50);
     {
       Rig r(0, kRefusedPopulateOps);
-      void* p = nullptr;
-      REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+      void* p = r.from_small(256 << 10);
       fill(p, 256 << 10, 5);
       const std::uint64_t before = populated_counted();
       void* q = nullptr;
@@ -1749,8 +1753,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     populated.clear();
     {
       Rig r(0, kPopulateOps);
-      void* p = nullptr;
-      REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+      void* p = r.from_small(256 << 10);
       const std::uint64_t before = populated_counted();
       void* q = nullptr;
       REQUIRE(r.path.resize(p, (320 << 10) + (20 << 10), &q) == Result::ok);
@@ -1762,8 +1765,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
   SECTION("a move refused part-way (copied instead): from the new extent's copy of the old end, bytes kept") {
     PopulatePct pp(100);
     Rig r(0, kPopulateOps);
-    void* p = nullptr;
-    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    void* p = r.from_small(256 << 10);
     void* blocker = r.alloc(256 << 10);
     fill(p, 256 << 10, 6);
     faults.move_only = GENERATE(std::size_t{0}, std::size_t{64} << 10);
@@ -1785,8 +1787,7 @@ TEST_CASE("large path: growth onto fresh pages faults in the first half of the n
     // (The 32 MiB cap binds from blocks of 256 MiB on, past this arena.)
     PopulatePct pp(100);
     Rig r(0, kPopulateOps);
-    void* p = nullptr;
-    REQUIRE(r.path.allocate(256 << 10, 16, Origin::realloc, lowtide::kFromSmall, &p) == Result::ok);
+    void* p = r.from_small(256 << 10);
     void* q = nullptr;
     REQUIRE(r.path.resize(p, (320 << 10) + (20 << 10), &q) == Result::ok);
     REQUIRE(populated.size() == 1);
