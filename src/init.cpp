@@ -172,6 +172,11 @@ void init_once() {
   load_config(&g.config, pal::initial_environ(), secure, &warn_option, &warn_unknown, &warn_duplicate);
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
+  // Commits checked against a finite RLIMIT_DATA, and mimalloc's segments
+  // committed as used under one: before small::configure's first mi_malloc
+  // maps the first segment.
+  small::note_environment(pal::initial_environ(), secure);
+  small::fit_data_limit(pal::note_data_limit());
   small::configure();
   small::configure_cache(g.config.get(Opt::thread_cache));
   small::on_forced_collect(&libc::flush_thread_cache);
@@ -213,7 +218,6 @@ void init_once() {
   struct rlimit as;
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && want > as.rlim_cur / 8)
     want = static_cast<std::size_t>(as.rlim_cur / 8);
-  pal::note_data_limit();  // commits checked against a finite RLIMIT_DATA
   if (!large::space.arena.init(want, std::size_t{64} << 20)) {
     large::space.disabled = true;
     char buf[32];

@@ -569,11 +569,12 @@ bool LargePath::grow_into_cache(Change& c) {
 
 // The moves that leave a hole in the range for a moment (pal::move_grow,
 // pal::grow_mapping): only where the kernel will not refuse them for a
-// reason lowtide can see, and while fewer than Arena::kLostMax extents
-// have been lost. Each hole's extent is held out of Arena::contains from
+// reason lowtide can see (grows_by: what the call adds to the pages a
+// finite RLIMIT_DATA counts, pal::mremap_growth_ok), and while fewer than
+// Arena::kLostMax extents have been lost. Each hole's extent is held out of Arena::contains from
 // before it opens until it is mapped again (Arena::hold_out).
-bool LargePath::may_make_holes() const {
-  return ops_.move_grow != nullptr && a_.may_hold_out() && ops_.mremap_growth_ok();
+bool LargePath::may_make_holes(std::size_t grows_by) const {
+  return ops_.move_grow != nullptr && a_.may_hold_out() && ops_.mremap_growth_ok(grows_by);
 }
 
 // A hole window opens only while no fork is being prepared; fork waits for
@@ -686,7 +687,7 @@ bool LargePath::grow_in_place(Change& c) {
   // behind its moved pages would be a mapping of its own (the kernel merges
   // anonymous memory only where its page offsets line up).
   bool grown = false;
-  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes()) {
+  if ((c.h->flags & kMovedWhole) != 0 && may_make_holes(c.bytes - c.old.bytes())) {
     // The tail is a hole between grow_mapping's munmap and its mremap:
     // held out, in a window fork waits for (in_hole_window).
     pal::Grow g = pal::Grow::refused;
@@ -775,7 +776,7 @@ Result LargePath::move_block(Change& c, void** out) {
   // one_mapping opens /proc/self/maps: inside a window fork waits for, or
   // a child forked meanwhile would inherit the descriptor.
   bool one = false;
-  if (!warm && may_make_holes() && open_hole()) {
+  if (!warm && may_make_holes(c.bytes - old_bytes) && open_hole()) {
     one = ops_.one_mapping(obase, old_bytes);
     close_hole();
   }
@@ -801,7 +802,8 @@ Result LargePath::move_block(Change& c, void** out) {
     // that is refused it is either still mapped or someone's mmap took the
     // hole, which cannot be told apart: the extent is lost and another
     // found. The refusals that can be foreseen were (mremap_growth_ok), so
-    // this is a kernel out of memory or a lock lowtide did not see.
+    // this is a kernel out of memory, a lock lowtide did not see, or
+    // another thread's commit under a data limit since VmData was read.
     if (tried && !ours[1]) {
       if (Result r = find_new_extent(c, &to, &warm); r != Result::ok) return r;
       nbase = to.base(a_);

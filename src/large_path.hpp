@@ -93,7 +93,7 @@ class LargePath {
   bool grow_in_place(Change& c);
   Result grow_onto_fresh(Change& c, void** out);
   void populate_tail(const Change& c, char* from, const char* end);
-  bool may_make_holes() const;
+  bool may_make_holes(std::size_t grows_by) const;
   bool open_hole();
   void close_hole();
   void lose(int slot, Extent e);

@@ -211,12 +211,13 @@ Commit commit_counted(void* p, std::size_t len, int saved) {
 }
 }  // namespace
 
-void note_data_limit() {
+bool note_data_limit() {
   const int saved = errno;
   struct rlimit data;
   const bool finite = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
   errno = saved;
   data_limit_finite.store(finite, std::memory_order_relaxed);
+  return finite;
 }
 
 Commit commit(void* p, std::size_t len) {
@@ -518,7 +519,7 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
   // copies or commits next (RLIMIT_AS, RLIMIT_DATA and overcommit mode 2
   // are checked after that unmap, and so is a range of several mappings,
   // which kernels before 6.17 refuse).
-  if (!mremap_growth_ok()) return m;
+  if (!mremap_growth_ok(len)) return m;  // MREMAP_DONTUNMAP: the source stays counted
   const int saved = errno;
   auto* s = static_cast<char*>(src);
   auto* d = static_cast<char*>(dst);
@@ -596,14 +597,27 @@ bool one_mapping(const void* p, std::size_t len) {
 namespace {
 }  // namespace
 
-bool mremap_growth_ok() {
+bool mremap_growth_ok(std::size_t counted) {
   if (mode2_way(overcommit()) || locked_future.load(std::memory_order_relaxed) ||
       locked_some.load(std::memory_order_relaxed) || locking.load(std::memory_order_seq_cst) != 0)
     return false;
   const int saved = errno;
   struct rlimit as, data;
-  const bool ok = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY &&
-                  ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur == RLIM_INFINITY;
+  bool ok = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY && ::getrlimit(RLIMIT_DATA, &data) == 0;
+  // Under a finite RLIMIT_DATA the kernel checks a move for what it adds to
+  // the data pages (a growth's new room; the source kept by
+  // MREMAP_DONTUNMAP), so the refusal is foreseen from VmData (data and
+  // stack pages: a little more than the kernel counts). Moving matters
+  // there: a copy commits the whole new block beside the old one, and a
+  // doubling at a third of the limit failed where glibc's mremap stays
+  // within it (reliability.md no. 128). Another thread's commit between
+  // this read and the move may still get it refused, which the callers'
+  // hole windows are for.
+  if (ok && data.rlim_cur != RLIM_INFINITY) {
+    static constexpr const char* kKeys[] = {"VmData:"};
+    std::uint64_t kib = 0;
+    ok = read_status_kib(kKeys, &kib, 1) && kib != 0 && kib * 1024 <= data.rlim_cur && counted <= data.rlim_cur - kib * 1024;
+  }
   errno = saved;
   return ok;
 }

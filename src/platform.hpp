@@ -38,7 +38,7 @@ Commit commit(void* p, std::size_t len);
 // live blocks counts against it too, and a refusal the limit can have caused
 // (data_limit_near) makes it PROT_NONE before it tries again
 // (LargePath::give_up_held).
-void note_data_limit();
+bool note_data_limit();  // true: finite
 // Under a finite RLIMIT_DATA, would `want` bytes more of data pass it
 // (VmData from /proc/self/status; true where it cannot be read)? false
 // without a limit. For a refusal: the limit's, or another (the map count).
@@ -166,8 +166,12 @@ bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len);
 // last munlockall, as lowtide sees them: a program making the system call
 // itself is not seen), and not under a finite RLIMIT_AS or RLIMIT_DATA:
 // the refusals that come after mremap may have unmapped its destination
-// and that can be foreseen.
-bool mremap_growth_ok();
+// and that can be foreseen. Under a finite RLIMIT_DATA only where VmData
+// plus `counted`, what the call adds to the data pages the kernel counts
+// (a growth's new room; the whole source for a move that keeps it mapped),
+// is within the limit (the kernel checks a move for just that: a copy
+// would commit the whole new block beside the old one).
+bool mremap_growth_ok(std::size_t counted);
 // mlock and mlock2 for the interposed exports (mlock is mlock2 with flags
 // 0): the system call. note_locked(): a lock may now cover a large block
 // (libc::mlock2 calls it for a lock that overlaps the range, before the call).
@@ -570,7 +574,7 @@ struct PageOps {
   bool (*move_grow)(void* src, std::size_t len, void* dst, std::size_t new_len) = nullptr;
   bool (*fill_hole)(void* p, std::size_t len) = nullptr;
   Grow (*grow_mapping)(void* p, std::size_t len, std::size_t new_len) = nullptr;
-  bool (*mremap_growth_ok)() = nullptr;
+  bool (*mremap_growth_ok)(std::size_t counted) = nullptr;
   // After a refused commit: whether the range is still reserved (mapped
   // again if it had become a hole), false where it may be someone else's.
   bool (*recover)(void* p, std::size_t len) = &recover_destination;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <strings.h>
 
 #include "log.hpp"
 #include "platform.hpp"
@@ -629,6 +630,23 @@ static_assert(sizeof kMiDefaults / sizeof kMiDefaults[0] == _mi_option_last,
 
 void ignore_environment() {
   for (int i = 0; i < _mi_option_last; ++i) mi_option_set(static_cast<mi_option_t>(i), kMiDefaults[i]);
+}
+
+namespace {
+std::atomic<bool> eager_commit_named{false};  // MIMALLOC_EAGER_COMMIT in the environment
+}  // namespace
+
+void note_environment(const char* const* env, bool secure) {
+  if (secure || env == nullptr) return;  // a secure process's environment names nothing
+  // mimalloc compares the names without case (options.c, mi_getenv).
+  static constexpr char kName[] = "MIMALLOC_EAGER_COMMIT=";
+  for (; *env != nullptr; ++env)
+    if (::strncasecmp(*env, kName, sizeof kName - 1) == 0) eager_commit_named.store(true, std::memory_order_relaxed);
+}
+
+void fit_data_limit(bool finite) {
+  if (eager_commit_named.load(std::memory_order_relaxed)) return;
+  mi_option_set(mi_option_eager_commit, finite ? 0 : kMiDefaults[mi_option_eager_commit]);
 }
 
 namespace {

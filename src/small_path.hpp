@@ -566,6 +566,19 @@ void configure();
 // docs/configuration.md, "Setuid programs").
 void ignore_environment();
 
+// Under a finite RLIMIT_DATA (finite): mimalloc's segments committed as
+// their pages are used, not whole when they are mapped. mimalloc 2.0.9
+// commits a process's first segment eagerly, 32 MiB that count as data
+// before anything is allocated (VmData 33 MiB for a program with one small
+// block, against glibc's 0.2), which a data limit then lacks for the
+// program's own blocks. Not where the environment names
+// MIMALLOC_EAGER_COMMIT (note_environment: the user's choice stands); back
+// to the default when the limit is lifted. Called before the first mi_*
+// call (init) and after the program's own setrlimit/prlimit of
+// RLIMIT_DATA; segments mapped before keep how they were committed.
+void note_environment(const char* const* env, bool secure);
+void fit_data_limit(bool finite);
+
 // True if usable_from_page agrees with mi_usable_size on a block of every
 // size class up to `limit` and on aligned blocks, slice_of reads as
 // cacheable only the page of a block the cache may take (blocks of every
