@@ -205,6 +205,7 @@ void init_once() {
   hooks.small_release = &small::release_retained;
   hooks.last_start = &stats::last_thread_start_ns;
   hooks.live_prepare = &live::prepare;
+  hooks.data_limit_changed = &small::fit_data_limit;
   cache::init(hooks);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.

@@ -574,8 +574,10 @@ void ignore_environment();
 // program's own blocks. Not where the environment names
 // MIMALLOC_EAGER_COMMIT (note_environment: the user's choice stands); back
 // to the default when the limit is lifted. Called before the first mi_*
-// call (init) and after the program's own setrlimit/prlimit of
-// RLIMIT_DATA; segments mapped before keep how they were committed.
+// call (init), after the program's own setrlimit/prlimit of RLIMIT_DATA,
+// and by the decay thread when its re-read finds a limit set from outside
+// (cache::Hooks::data_limit_changed); segments mapped before keep how they
+// were committed.
 void note_environment(const char* const* env, bool secure);
 void fit_data_limit(bool finite);
 
