@@ -634,6 +634,7 @@ void ignore_environment() {
 
 namespace {
 std::atomic<bool> eager_commit_named{false};  // MIMALLOC_EAGER_COMMIT in the environment
+std::atomic<bool> eager_commit_off{false};    // fit_data_limit turned it off
 }  // namespace
 
 void note_environment(const char* const* env, bool secure) {
@@ -645,7 +646,11 @@ void note_environment(const char* const* env, bool secure) {
 }
 
 void fit_data_limit(bool finite) {
-  if (eager_commit_named.load(std::memory_order_relaxed)) return;
+  // Written only on a change: a process without a data limit never has
+  // the option touched (other threads read it as a plain word).
+  if (eager_commit_named.load(std::memory_order_relaxed) ||
+      eager_commit_off.exchange(finite, std::memory_order_relaxed) == finite)
+    return;
   mi_option_set(mi_option_eager_commit, finite ? 0 : kMiDefaults[mi_option_eager_commit]);
 }
 

@@ -261,3 +261,31 @@ TEST_CASE("page_heap: a page names the heap that made its blocks (the shelf's ow
   for (void* p : ours) mi_free(p);
   for (void* p : theirs) mi_free(p);
 }
+
+// Under a finite RLIMIT_DATA mimalloc's segments are committed as used
+// (eager_commit off), and the default comes back when the limit is lifted;
+// a process that never had a limit never has the option written
+// (reliability.md no. 128). MIMALLOC_EAGER_COMMIT named in the environment
+// is the user's choice and stands: this test runs without it, the last
+// case names it (note_environment only ever adds the name, so last).
+TEST_CASE("fit_data_limit: eager commit off under a data limit, back when lifted, the user's setting stands") {
+  const long before = mi_option_get(mi_option_eager_commit);
+  mi_option_set(mi_option_eager_commit, 7);  // a mark no write of fit_data_limit's makes
+  lowtide::small::fit_data_limit(false);     // no limit, never one: untouched
+  CHECK(mi_option_get(mi_option_eager_commit) == 7);
+  mi_option_set(mi_option_eager_commit, before);
+  lowtide::small::fit_data_limit(true);
+  CHECK(mi_option_get(mi_option_eager_commit) == 0);
+  lowtide::small::fit_data_limit(true);
+  CHECK(mi_option_get(mi_option_eager_commit) == 0);
+  lowtide::small::fit_data_limit(false);
+  CHECK(mi_option_get(mi_option_eager_commit) == 1);
+  const char* env[] = {"PATH=/bin", "mimalloc_eager_commit=1", nullptr};  // any case, as mimalloc reads it
+  lowtide::small::note_environment(env, true);  // a secure process: names nothing
+  lowtide::small::fit_data_limit(true);
+  CHECK(mi_option_get(mi_option_eager_commit) == 0);
+  lowtide::small::fit_data_limit(false);
+  lowtide::small::note_environment(env, false);
+  lowtide::small::fit_data_limit(true);
+  CHECK(mi_option_get(mi_option_eager_commit) == 1);
+}
