@@ -172,12 +172,22 @@ void init_once() {
   load_config(&g.config, pal::initial_environ(), secure, &warn_option, &warn_unknown, &warn_duplicate);
   route::settings.cutoff = g.config.get(Opt::cutoff);
   route::settings.shrink_below = route::settings.cutoff / 2;
-  // Commits checked against a finite RLIMIT_DATA, and mimalloc's segments
-  // committed as used under one: before small::configure's first mi_malloc
-  // maps the first segment.
+  // Commits checked against a finite RLIMIT_DATA, and mimalloc's first
+  // segment committed as used under one: before small::configure's first
+  // mi_malloc maps it.
   small::note_environment(pal::initial_environ(), secure);
   small::fit_data_limit(pal::note_data_limit());
   small::configure();
+  // Only that first segment: with eager_commit off, mimalloc 2.0.9 answers
+  // a refused page commit by mapping a new segment (its 64 KiB header
+  // committed) and trying again, until a header's commit is refused too,
+  // and leaks that segment's reservation (segment.c, mi_segment_os_alloc;
+  // fixed in 2.1.2): each small request refused at a data limit then left
+  // empty segments holding the rest of the limit for good and hundreds of
+  // MiB of address space (a 200 MB limit: VmData 195 MB with 20 MB
+  // resident once everything was freed, malloc NULL from then on). Eager
+  // segments are mapped committed or not at all.
+  small::fit_data_limit(false);
   small::configure_cache(g.config.get(Opt::thread_cache));
   small::on_forced_collect(&libc::flush_thread_cache);
   // A live thread's freed small-block memory, on its own slow path
@@ -205,7 +215,6 @@ void init_once() {
   hooks.small_release = &small::release_retained;
   hooks.last_start = &stats::last_thread_start_ns;
   hooks.live_prepare = &live::prepare;
-  hooks.data_limit_changed = &small::fit_data_limit;
   cache::init(hooks);
   limit::init(&small::release_retained);
   // The words are "on", "off", "advise", in that order.

@@ -829,7 +829,6 @@ bool use_thread = false;
 std::atomic<bool> thread_started{false};
 void (*on_thread_start)() = nullptr;
 void (*live_prepare_fn)(bool) = nullptr;
-void (*data_limit_changed_fn)(bool) = nullptr;
 pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 // Cached blocks give way to memory the process takes from elsewhere: what
@@ -985,19 +984,13 @@ void* decay_main(void*) {
   // (no lock, no allocation): a commit that read the old value is one made
   // before the limit was seen, as the program's own setrlimit allows too.
   // (start_thread has just read it: the first re-read is a period on.)
-  // mimalloc's eager commit follows the first read and each change after
-  // (data_limit_changed_fn), not every read: the option is a plain word
-  // other threads read.
   constexpr std::uint64_t kDataLimitEvery = 250'000'000;
   std::uint64_t data_limit_read_at = pal::now_ns();
-  int data_limit_was = -1;
   for (;;) {
     const std::size_t held = production_cache.cached_bytes();
     const std::uint64_t now = pal::now_ns();
     if (now - data_limit_read_at >= kDataLimitEvery) {
-      const bool finite = pal::note_data_limit();
-      if (static_cast<int>(finite) != data_limit_was && data_limit_changed_fn != nullptr) data_limit_changed_fn(finite);
-      data_limit_was = static_cast<int>(finite);
+      pal::note_data_limit();
       data_limit_read_at = now;
     }
     if (held != 0) held_at = now;
@@ -1200,7 +1193,6 @@ void account_returned(std::size_t bytes, Reason why) {
 
 void init(const Hooks& h) {
   live_prepare_fn = h.live_prepare;
-  data_limit_changed_fn = h.data_limit_changed;
   small_release_fn = h.small_release;
   last_start_fn = h.last_start;
   small_committed_fn = h.small_committed;

@@ -528,10 +528,6 @@ struct Hooks {
   // thread) and after a start that created none (false: that socket is
   // closed).
   void (*live_prepare)(bool) = nullptr;
-  // Run by the decay thread when its re-read finds RLIMIT_DATA finite
-  // where it was not, or the other way (small::fit_data_limit: mimalloc's
-  // segments committed as used under a limit set from outside).
-  void (*data_limit_changed)(bool finite) = nullptr;
 };
 void init(const Hooks& hooks);
 void fork_prepare();

@@ -786,8 +786,12 @@ Result LargePath::move_block(Change& c, void** out) {
     bool grown = false;
     const bool tried = in_hole_window(held, ours, 2, [&](bool* mine) {
       grown = ops_.move_grow(obase, old_bytes, nbase, c.bytes);
-      // Moved: the old extent is the hole. Refused: the new one may be.
+      // Moved: the old extent is the hole. Refused: the new one may be;
+      // on a kernel that checks the limits first, a refusal for a limit
+      // (a data limit's race with another thread's commit: the growth was
+      // foreseen to fit) leaves it mapped, and ours (recover).
       if (grown) mine[0] = ops_.fill_hole(obase, old_bytes);
+      else if (ops_.growth_checked_first != nullptr && ops_.growth_checked_first()) mine[1] = ops_.recover(nbase, c.bytes);
       else mine[1] = ops_.fill_hole(nbase, c.bytes);
     });
     if (tried && grown) {

@@ -446,10 +446,9 @@ int prlimit(int pid, int resource, const struct rlimit* new_limit, struct rlimit
     large::space.arena.shrink_to(static_cast<std::size_t>(new_limit->rlim_cur / 8));
   const int r = pal::prlimit(pid, resource, new_limit, old_limit);
   // A data limit: commits over the range are checked against it from now
-  // on (pal::note_data_limit), and mimalloc's new segments committed as
-  // used (small::fit_data_limit); read again whether or not the call worked.
-  if (resource == RLIMIT_DATA && new_limit != nullptr && (pid == 0 || pid == ::getpid()))
-    small::fit_data_limit(pal::note_data_limit());
+  // on (pal::note_data_limit), read again whether or not the call worked.
+  // (mimalloc's eager commit is left as it is: init.cpp, small::fit_data_limit.)
+  if (resource == RLIMIT_DATA && new_limit != nullptr && (pid == 0 || pid == ::getpid())) pal::note_data_limit();
   return r;
 }
 

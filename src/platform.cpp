@@ -559,6 +559,8 @@ Moved move_pages(void* src, std::size_t len, void* dst) {
   return m;
 }
 
+bool growth_checked_first() { return !moves_whole(); }
+
 void set_procmap_query_missing(bool missing, const char* release) {
   query_missing.store(missing, std::memory_order_relaxed);
   whole_moves.store(release == nullptr ? -1 : release_below(release, 6, 17) ? 1 : 0, std::memory_order_relaxed);

@@ -160,6 +160,15 @@ bool one_mapping(const void* p, std::size_t len);
 // either still mapped or a hole, and only fill_hole can tell (and it cannot
 // tell a hole someone else's mmap filled meanwhile from dst still mapped).
 bool move_grow(void* src, std::size_t len, void* dst, std::size_t new_len);
+// Whether the kernel checks a move_grow's limits (RLIMIT_DATA) before it
+// unmaps the destination: from 6.17, by the release uname gives (6.18 here
+// refuses a growth past the data limit with the destination still
+// mapped). Before, it unmaps first, so fill_hole tells a refused move's
+// destination ours; from 6.17 a destination still mapped is ours too
+// (recover_destination), with the risk recover_destination always takes:
+// a refusal after the unmap (the kernel out of memory) whose hole another
+// thread's mmap filled at once would be taken for ours.
+bool growth_checked_first();
 // Whether move_grow and grow_mapping may be tried: not where the kernel
 // would charge the growth (overcommit mode 2) or populate and lock it
 // (mlockall(MCL_FUTURE); mlockall(MCL_CURRENT) or mlock/mlock2 since the
@@ -588,9 +597,13 @@ struct PageOps {
   // A grown block's new pages faulted in ahead of the writes (populate);
   // null: never (tests).
   bool (*populate)(void* p, std::size_t len) = nullptr;
+  // Whether a refused move_grow left its destination mapped when refused
+  // for a limit (growth_checked_first); null: not known (tests).
+  bool (*growth_checked_first)() = nullptr;
 };
 inline constexpr PageOps kPageOps{&commit,           &decommit,      &move_pages, &advise_hugepage, &overcommit_refuses,
                                   &resident_bytes,   &drop_writable, &one_mapping, &move_grow, &fill_hole, &grow_mapping, &mremap_growth_ok,
-                                  &recover_destination, &writable_again, &zero_held, &data_limit_near, &populate};
+                                  &recover_destination, &writable_again, &zero_held, &data_limit_near, &populate,
+                                  &growth_checked_first};
 
 }  // namespace lowtide::pal

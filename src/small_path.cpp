@@ -652,6 +652,10 @@ void fit_data_limit(bool finite) {
       eager_commit_off.exchange(finite, std::memory_order_relaxed) == finite)
     return;
   mi_option_set(mi_option_eager_commit, finite ? 0 : kMiDefaults[mi_option_eager_commit]);
+  // A block kept for good in the segment mapped now: emptied (configure's
+  // mi_collect) it would be given back, and the next one mapped eagerly.
+  static void* keeper = nullptr;
+  if (finite && keeper == nullptr) keeper = mi_malloc(16);
 }
 
 namespace {

@@ -572,12 +572,12 @@ void ignore_environment();
 // before anything is allocated (VmData 33 MiB for a program with one small
 // block, against glibc's 0.2), which a data limit then lacks for the
 // program's own blocks. Not where the environment names
-// MIMALLOC_EAGER_COMMIT (note_environment: the user's choice stands); back
-// to the default when the limit is lifted. Called before the first mi_*
-// call (init), after the program's own setrlimit/prlimit of RLIMIT_DATA,
-// and by the decay thread when its re-read finds a limit set from outside
-// (cache::Hooks::data_limit_changed); segments mapped before keep how they
-// were committed.
+// MIMALLOC_EAGER_COMMIT (note_environment: the user's choice stands);
+// fit_data_limit(false) puts the default back. Called before the first mi_*
+// call (init), and with false right after small::configure has mapped the
+// first segment (a block is kept in it for good): later segments are eager
+// again, since 2.0.9's lazy segments leak at a refused commit (init.cpp).
+// The option is written only on a change.
 void note_environment(const char* const* env, bool secure);
 void fit_data_limit(bool finite);
 

@@ -6,7 +6,7 @@
 // (no block moved by mremap under a data limit), where glibc's mremap
 // counts only the new room. A buffer doubled from 130 KiB to 65 MiB (last
 // step 32.5 -> 65 MiB) under a 96 MiB limit: glibc needs ~65 MiB, lowtide
-// now ~68, the copy after the whole segment ~130; either fix alone left it
+// now ~70, the copy after the whole segment ~130; either fix alone left it
 // short (~98 and ~100 MiB needed).
 //
 // The limit must be there when lowtide starts (mimalloc's first segment is

@@ -194,6 +194,7 @@ struct GrowFaults {
   bool lose_tail = false;  // grow_mapping: another mapping took the tail's hole
   int expansions = 0;
   bool not_ok = false;  // mremap_growth_ok says no (a lock, a limit)
+  bool checked_first = false;  // growth_checked_first: a kernel from 6.17
   // Whether contains() said no for the source and the destination while
   // the hole could open (the last move_grow), and for the tail (grow_mapping).
   bool src_held = false, dst_held = false, tail_held = false;
@@ -233,10 +234,12 @@ pal::Grow fake_grow_mapping(void* p, std::size_t len, std::size_t new_len) {
 }
 
 bool fake_growth_ok(std::size_t) { return !grow_faults.not_ok; }
+bool fake_checked_first() { return grow_faults.checked_first; }
 
 constexpr pal::PageOps kGrowOps{&fake_commit,    &pal::decommit,  &fake_move,          &pal::advise_hugepage,
                                 &fake_overcommit, &pal::resident_bytes, nullptr,     &pal::one_mapping,
-                                &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping, &fake_growth_ok};
+                                &fake_move_grow,  &fake_fill_hole, &fake_grow_mapping, &fake_growth_ok,
+                                &pal::recover_destination, nullptr, nullptr, nullptr, nullptr, &fake_checked_first};
 
 // A lost extent's cleanup, for the next case: mapped again if it is a
 // hole, released, forgotten.
@@ -893,13 +896,30 @@ TEST_CASE("large path: a refused one-mapping move falls back to the move into a 
     CHECK(lowtide::large::space.lost.load() == lost0);
     CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) == grow_faults.last_dst);
   }
-  SECTION("refused with the new extent still mapped (6.18 checks first): it is lost, another used") {
+  SECTION("refused with the new extent still mapped, the kernel not known to check first: it is lost, another used") {
     grow_faults.refuse = 1;  // the real fill_hole then finds it mapped
     REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
     CHECK(grow_faults.fills == 1);
     CHECK(lowtide::large::space.lost.load() == lost0 + grow_faults.last_len);
     CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) != grow_faults.last_dst);
     CHECK_FALSE(r.a.contains(grow_faults.last_dst));
+  }
+  SECTION("refused with the new extent still mapped on a kernel that checks first (6.17 on): it is kept and used") {
+    // A data limit's race (reliability.md no. 128's review): before, each
+    // such refusal lost an extent, and after 16 no block moved any more.
+    grow_faults.refuse = 1;
+    grow_faults.checked_first = true;
+    REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+    CHECK(grow_faults.fills == 0);  // covered: no fill_hole needed
+    CHECK(lowtide::large::space.lost.load() == lost0);
+    CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) == grow_faults.last_dst);
+  }
+  SECTION("refused after the new extent was unmapped on a kernel that checks first: it is mapped again and used") {
+    grow_faults.refuse = 2;
+    grow_faults.checked_first = true;
+    REQUIRE(r.path.resize(p, 1 << 20, &q) == Result::ok);
+    CHECK(lowtide::large::space.lost.load() == lost0);
+    CHECK(static_cast<void*>(reinterpret_cast<char*>(lowtide::header_of(q)->base)) == grow_faults.last_dst);
   }
   CHECK(q != p);
   CHECK(grow_faults.grows == 1);
