@@ -571,8 +571,9 @@ bool LargePath::grow_into_cache(Change& c) {
 // pal::grow_mapping): only where the kernel will not refuse them for a
 // reason lowtide can see (grows_by: what the call adds to the pages a
 // finite RLIMIT_DATA counts, pal::mremap_growth_ok), and while fewer than
-// Arena::kLostMax extents have been lost. Each hole's extent is held out of Arena::contains from
-// before it opens until it is mapped again (Arena::hold_out).
+// Arena::kLostMax extents have been lost. Each hole's extent is held out
+// of Arena::contains from before it opens until it is mapped again
+// (Arena::hold_out).
 bool LargePath::may_make_holes(std::size_t grows_by) const {
   return ops_.move_grow != nullptr && a_.may_hold_out() && ops_.mremap_growth_ok(grows_by);
 }

@@ -173,13 +173,13 @@ bool growth_checked_first();
 // would charge the growth (overcommit mode 2) or populate and lock it
 // (mlockall(MCL_FUTURE); mlockall(MCL_CURRENT) or mlock/mlock2 since the
 // last munlockall, as lowtide sees them: a program making the system call
-// itself is not seen), and not under a finite RLIMIT_AS or RLIMIT_DATA:
-// the refusals that come after mremap may have unmapped its destination
-// and that can be foreseen. Under a finite RLIMIT_DATA only where VmData
-// plus `counted`, what the call adds to the data pages the kernel counts
-// (a growth's new room; the whole source for a move that keeps it mapped),
-// is within the limit (the kernel checks a move for just that: a copy
-// would commit the whole new block beside the old one).
+// itself is not seen), and not under a finite RLIMIT_AS; under a finite
+// RLIMIT_DATA only where VmData plus `counted`, what the call adds to the
+// data pages the kernel counts (a growth's new room; the whole source for
+// a move that keeps it mapped), is within the limit (the kernel checks a
+// move for just that, where a copy would commit the whole new block beside
+// the old one). The refusals that come after mremap may have unmapped its
+// destination, and these can be foreseen.
 bool mremap_growth_ok(std::size_t counted);
 // mlock and mlock2 for the interposed exports (mlock is mlock2 with flags
 // 0): the system call. note_locked(): a lock may now cover a large block
