@@ -597,6 +597,16 @@ bool one_mapping(const void* p, std::size_t len) {
 }
 
 namespace {
+// Whether VmData (from /proc/self/status, in KiB: data and stack pages, a
+// little more than RLIMIT_DATA counts) plus `want` bytes passes `limit`;
+// taken as past where it cannot be read (no /proc, no file window).
+// data_limit_near's question and mremap_growth_ok's; errno kept by them.
+bool data_past(std::uint64_t limit, std::size_t want) {
+  static constexpr const char* kKeys[] = {"VmData:"};
+  std::uint64_t kib = 0;
+  if (!read_status_kib(kKeys, &kib, 1) || kib == 0) return true;
+  return kib * 1024 + want > limit;
+}
 }  // namespace
 
 bool mremap_growth_ok(std::size_t counted) {
@@ -615,11 +625,7 @@ bool mremap_growth_ok(std::size_t counted) {
   // within it (reliability.md no. 128). Another thread's commit between
   // this read and the move may still get it refused, which the callers'
   // hole windows are for.
-  if (ok && data.rlim_cur != RLIM_INFINITY) {
-    static constexpr const char* kKeys[] = {"VmData:"};
-    std::uint64_t kib = 0;
-    ok = read_status_kib(kKeys, &kib, 1) && kib != 0 && kib * 1024 <= data.rlim_cur && counted <= data.rlim_cur - kib * 1024;
-  }
+  if (ok && data.rlim_cur != RLIM_INFINITY) ok = !data_past(data.rlim_cur, counted);
   errno = saved;
   return ok;
 }
@@ -1524,14 +1530,10 @@ bool data_limit_near(std::size_t want) {
   const int saved = errno;
   struct rlimit data;
   const bool finite = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
-  static constexpr const char* kKeys[] = {"VmData:"};
-  std::uint64_t kib = 0;
   // Not read (no /proc, no window): taken as near, the give-up's old rule.
-  const bool read = finite && read_status_kib(kKeys, &kib, 1) && kib != 0;
+  const bool near = finite && data_past(data.rlim_cur, want);
   errno = saved;
-  if (!finite) return false;
-  if (!read) return true;
-  return kib * 1024 + want > data.rlim_cur;
+  return near;
 }
 
 namespace {
